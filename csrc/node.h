@@ -1,0 +1,92 @@
+/*
+ * Internal layout shared by the C sources: nodes, segments, the op table.
+ * Not part of the public API (pygrad.h is).
+ */
+#ifndef PG_NODE_H
+#define PG_NODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "pygrad.h"
+
+/*
+ * 48 bytes.  Enough to recompute the forward value (op, children, constant)
+ * as well as to run the gradient rule, so a graph can be replayed.
+ */
+typedef struct pg_node {
+    double data;
+    double grad;
+    union {
+        double k;          /* constant operand: the exponent of POWK */
+        uint32_t *kids;    /* child list of an n-ary node (arity -1) */
+    } aux;
+    uint32_t kid[2];       /* children; for n-ary nodes kid[0] is the count */
+    uint32_t refs;         /* parent nodes that hold this one */
+    uint32_t mark;         /* DFS epoch; next link in the free list once dead */
+    uint32_t extra;        /* index of Python-side extras, 0 when none */
+    uint8_t op;
+    uint8_t flags;
+    uint16_t unused;
+} pg_node;
+
+#define PG_F_DEAD 128
+
+/* Child lists of n-ary nodes are bump-allocated from chunks owned by the
+ * segment, and released with it. */
+typedef struct pg_edge_chunk {
+    struct pg_edge_chunk *next;
+    uint32_t used, cap;
+    uint32_t e[];
+} pg_edge_chunk;
+
+/* The header comes first so that a segment holding few nodes touches few
+ * pages of its mapping. */
+typedef struct pg_seg {
+    uint32_t used;         /* bump index */
+    uint32_t live;         /* allocated nodes not yet freed */
+    uint32_t claims;       /* live Python segment objects */
+    uint32_t sid;
+    pg_edge_chunk *edges;
+    struct pg_seg *next_free;
+    pg_node nodes[PG_SEG_NODES];
+} pg_seg;
+
+extern pg_seg *pg_segtab[PG_MAX_SEGS];
+
+static inline pg_node *pg_N(uint32_t h) {
+    return &pg_segtab[h >> PG_SEG_BITS]->nodes[h & (PG_SEG_NODES - 1)];
+}
+
+typedef struct pg_op_rule {
+    const char *name;
+    int arity;
+    void (*forward)(pg_node *n);     /* data from the children's data */
+    void (*backward)(pg_node *n);    /* children's grad += local * n->grad */
+} pg_op_rule;
+
+extern const pg_op_rule pg_rules[PG_OP_COUNT];
+
+static inline uint32_t pg_children(const pg_node *n, const uint32_t **kids) {
+    int arity = pg_rules[n->op].arity;
+    if (arity >= 0) {
+        *kids = n->kid;
+        return (uint32_t)arity;
+    }
+    *kids = n->aux.kids;
+    return n->kid[0];
+}
+
+/* memory.c: the lock and node allocation, for ops.c and backward.c */
+void pg_lock(void);
+void pg_unlock(void);
+/* Reserve `count` consecutive slots in segment sid (lock held); returns the
+ * handle of the first or PG_E_FULL / PG_E_ARG. */
+int32_t pg_alloc_nodes(uint32_t sid, uint32_t count);
+/* Child list storage for an n-ary node in segment sid (lock held). */
+uint32_t *pg_alloc_edges(uint32_t sid, uint32_t count);
+/* A live node's handle (lock held). */
+int pg_handle_valid(uint32_t h);
+/* Zero every DFS mark, when the epoch counter wraps (lock held). */
+void pg_reset_marks(void);
+
+#endif

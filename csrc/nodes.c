@@ -1,0 +1,159 @@
+/*
+ * Making nodes and reading their fields: the public API over node.h.
+ * Creation takes the lock (allocation and the children's refs are shared
+ * state); field reads and writes do not.
+ */
+#include <string.h>
+#include "node.h"
+
+static void init_node(pg_node *n, int op) {
+    n->grad = 0.0;
+    n->aux.k = 0.0;
+    n->kid[0] = n->kid[1] = 0;
+    n->refs = 0;
+    n->mark = 0;
+    n->extra = 0;
+    n->op = (uint8_t)op;
+    n->flags = 0;
+    n->unused = 0;
+}
+
+int32_t pg_leaf(uint32_t sid, double data) {
+    pg_lock();
+    int32_t h = pg_alloc_nodes(sid, 1);
+    if (h >= 0) {
+        pg_node *n = pg_N((uint32_t)h);
+        init_node(n, PG_OP_LEAF);
+        n->data = data;
+    }
+    pg_unlock();
+    return h;
+}
+
+/* Fill node h of op `op` over children a (and b), lock held. */
+static void link_node(uint32_t h, int op, uint32_t a, uint32_t b, double k) {
+    pg_node *n = pg_N(h);
+    init_node(n, op);
+    n->aux.k = k;
+    n->kid[0] = a;
+    pg_N(a)->refs++;
+    if (pg_rules[op].arity == 2) {
+        n->kid[1] = b;
+        pg_N(b)->refs++;
+    }
+    pg_rules[op].forward(n);
+}
+
+static int32_t make(uint32_t sid, int op, int arity, uint32_t a, uint32_t b, double k) {
+    if (op < 0 || op >= PG_OP_COUNT || pg_rules[op].arity != arity) return PG_E_ARG;
+    pg_lock();
+    int32_t h = PG_E_ARG;
+    if (pg_handle_valid(a) && (arity < 2 || pg_handle_valid(b))) {
+        h = pg_alloc_nodes(sid, 1);
+        if (h >= 0) link_node((uint32_t)h, op, a, b, k);
+    }
+    pg_unlock();
+    return h;
+}
+
+int32_t pg_unary(uint32_t sid, int op, uint32_t a) {
+    if (op == PG_OP_POWK) return PG_E_ARG;
+    return make(sid, op, 1, a, 0, 0.0);
+}
+
+int32_t pg_binary(uint32_t sid, int op, uint32_t a, uint32_t b) {
+    return make(sid, op, 2, a, b, 0.0);
+}
+
+int32_t pg_add(uint32_t sid, uint32_t a, uint32_t b) { return make(sid, PG_OP_ADD, 2, a, b, 0.0); }
+int32_t pg_mul(uint32_t sid, uint32_t a, uint32_t b) { return make(sid, PG_OP_MUL, 2, a, b, 0.0); }
+
+int32_t pg_powk(uint32_t sid, uint32_t a, double k, int k_is_int) {
+    int32_t h = make(sid, PG_OP_POWK, 1, a, 0, k);
+    if (h >= 0 && k_is_int) pg_N((uint32_t)h)->flags |= PG_F_INT_EXPONENT;
+    return h;
+}
+
+/* `v op k` or `k op v` with k a number: micrograd wraps k in a leaf Value;
+ * this makes the leaf and the op node in one call. */
+int32_t pg_binary_k(uint32_t sid, int op, uint32_t a, double k, int k_first) {
+    if (op < 0 || op >= PG_OP_COUNT || pg_rules[op].arity != 2) return PG_E_ARG;
+    pg_lock();
+    int32_t h = PG_E_ARG;
+    if (pg_handle_valid(a)) {
+        h = pg_alloc_nodes(sid, 2);
+        if (h >= 0) {
+            uint32_t c = (uint32_t)h, out = c + 1;
+            pg_node *leaf = pg_N(c);
+            init_node(leaf, PG_OP_LEAF);
+            leaf->data = k;
+            if (k_first) link_node(out, op, c, a, 0.0);
+            else link_node(out, op, a, c, 0.0);
+            h = (int32_t)out;
+        }
+    }
+    pg_unlock();
+    return h;
+}
+
+int32_t pg_custom(uint32_t sid, double data, const uint32_t *kids, uint32_t n) {
+    pg_lock();
+    for (uint32_t i = 0; i < n; i++) {
+        if (!pg_handle_valid(kids[i])) {
+            pg_unlock();
+            return PG_E_ARG;
+        }
+    }
+    int32_t h = pg_alloc_nodes(sid, 1);
+    if (h < 0) {
+        pg_unlock();
+        return h;
+    }
+    pg_node *node = pg_N((uint32_t)h);
+    init_node(node, PG_OP_LEAF);        /* freed as garbage if we stop here */
+    uint32_t *edges = n > 0 ? pg_alloc_edges(sid, n) : NULL;
+    if (n > 0 && edges == NULL) {
+        pg_unlock();
+        return PG_E_NOMEM;
+    }
+    node->op = PG_OP_CUSTOM;
+    node->data = data;
+    node->kid[0] = n;
+    node->aux.kids = edges;
+    if (n > 0) memcpy(edges, kids, (size_t)n * sizeof(uint32_t));
+    for (uint32_t i = 0; i < n; i++) pg_N(kids[i])->refs++;
+    pg_unlock();
+    return h;
+}
+
+double pg_data(uint32_t h) { return pg_N(h)->data; }
+void pg_set_data(uint32_t h, double v) { pg_N(h)->data = v; }
+double pg_grad(uint32_t h) { return pg_N(h)->grad; }
+void pg_set_grad(uint32_t h, double v) { pg_N(h)->grad = v; }
+int pg_op(uint32_t h) { return pg_N(h)->op; }
+int pg_flags(uint32_t h) { return pg_N(h)->flags; }
+double pg_exponent(uint32_t h) { return pg_N(h)->aux.k; }
+uint32_t pg_refs(uint32_t h) { return pg_N(h)->refs; }
+
+uint32_t pg_nkids(uint32_t h) {
+    const uint32_t *kids;
+    return pg_children(pg_N(h), &kids);
+}
+
+uint32_t pg_kid(uint32_t h, uint32_t i) {
+    const uint32_t *kids;
+    uint32_t n = pg_children(pg_N(h), &kids);
+    return i < n ? kids[i] : 0;
+}
+
+const char *pg_op_name(int op) {
+    return op >= 0 && op < PG_OP_COUNT ? pg_rules[op].name : "";
+}
+
+void pg_set_py_backward(uint32_t h, int on) {
+    pg_lock();
+    pg_node *n = pg_N(h);
+    if (on) n->flags |= PG_F_PY_BACKWARD;
+    else n->flags &= (uint8_t)~PG_F_PY_BACKWARD;
+    pg_unlock();
+}

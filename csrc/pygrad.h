@@ -1,0 +1,91 @@
+/*
+ * pygrad's public C API: the only header Python's cffi layer sees.
+ *
+ * A node is named by a handle, a small integer (segment id << PG_SEG_BITS |
+ * offset) that stays below 2^30 so that cffi converts it on its fast path.
+ * Functions that create nodes return the new handle, or a negative PG_E_*
+ * code.  Nothing here aborts, exits or prints.
+ *
+ * Thread safety: every function may be called from any thread with the GIL
+ * released (cffi does so).  Graph structure and lifetime are guarded by one
+ * internal lock; reading and writing data/grad of a node is not locked, so
+ * two threads writing the same node race exactly as Python floats would.
+ */
+#ifndef PYGRAD_H
+#define PYGRAD_H
+
+#include <stdint.h>
+
+#define PG_OP(code, name, arity) PG_OP_##code,
+enum pg_op { 
+#include "ops.def"
+    PG_OP_COUNT
+};
+#undef PG_OP
+
+/* cdef-begin: everything up to cdef-end is read by pygrad/_build.py */
+
+#define PG_SEG_BITS 12
+#define PG_SEG_NODES 4096
+#define PG_MAX_SEGS 262144
+
+#define PG_E_FULL -1
+#define PG_E_NOMEM -2
+#define PG_E_ARG -3
+
+/* Node flags visible to Python. */
+#define PG_F_INT_EXPONENT 1
+#define PG_F_PY_BACKWARD 2
+
+typedef struct pg_sweep pg_sweep;
+
+/* Segments: Python holds one "claim" per live segment object. */
+int32_t pg_seg_new(void);
+void pg_seg_claim(uint32_t sid);
+int32_t pg_seg_release(uint32_t sid);
+uint32_t pg_seg_used(uint32_t sid);
+
+/* Node creation in segment sid.  PG_E_FULL means: open a new segment, retry. */
+int32_t pg_leaf(uint32_t sid, double data);
+int32_t pg_unary(uint32_t sid, int op, uint32_t a);
+int32_t pg_binary(uint32_t sid, int op, uint32_t a, uint32_t b);
+int32_t pg_binary_k(uint32_t sid, int op, uint32_t a, double k, int k_first);
+int32_t pg_powk(uint32_t sid, uint32_t a, double k, int k_is_int);
+int32_t pg_custom(uint32_t sid, double data, const uint32_t *kids, uint32_t n);
+int32_t pg_add(uint32_t sid, uint32_t a, uint32_t b);
+int32_t pg_mul(uint32_t sid, uint32_t a, uint32_t b);
+
+/* Node fields. */
+double pg_data(uint32_t h);
+void pg_set_data(uint32_t h, double v);
+double pg_grad(uint32_t h);
+void pg_set_grad(uint32_t h, double v);
+int pg_op(uint32_t h);
+int pg_flags(uint32_t h);
+double pg_exponent(uint32_t h);
+uint32_t pg_nkids(uint32_t h);
+uint32_t pg_kid(uint32_t h, uint32_t i);
+uint32_t pg_refs(uint32_t h);
+const char *pg_op_name(int op);
+
+/* Python-side extras (label, op name, custom backward) of a node. */
+uint32_t pg_extra(uint32_t h);
+int pg_set_extra(uint32_t h, uint32_t extra);
+void pg_set_py_backward(uint32_t h, int on);
+uint32_t pg_take_reaped(uint32_t *out, uint32_t cap);
+
+/* Backward.  Returns 0 when done, h + 1 when node h needs its Python
+ * backward run (then call pg_backward_resume), or a negative PG_E_*. */
+int32_t pg_backward(uint32_t root, pg_sweep **sweep);
+int32_t pg_backward_resume(pg_sweep *sweep);
+void pg_sweep_free(pg_sweep *sweep);
+void pg_node_backward(uint32_t h);
+
+/* Accounting, for tests and benchmarks. */
+uint64_t pg_live_nodes(void);
+uint32_t pg_live_segments(void);
+uint32_t pg_node_size(void);
+
+/* cdef-end */
+
+#endif

@@ -1,0 +1,68 @@
+"""cffi build script (out-of-line API mode) for pygrad's C core.
+
+setup.py names it in ``cffi_modules``; it compiles ``csrc/*.c`` into the
+extension module ``pygrad._core``.  The cdef is read from the public header
+``csrc/pygrad.h`` (between its cdef markers) and the op codes from
+``csrc/ops.def``, so nothing is declared twice.
+"""
+import os
+import re
+import sys
+
+from cffi import FFI
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CSRC = os.path.join(ROOT, "csrc")
+
+
+def _read(name: str) -> str:
+    with open(os.path.join(CSRC, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def op_codes() -> "list[tuple[str, str, int]]":
+    """(code, name, arity) for each op in csrc/ops.def, in code order."""
+    return [(m.group(1), m.group(2), int(m.group(3)))
+            for m in re.finditer(r'^PG_OP\((\w+),\s*"([^"]*)",\s*(-?\d+)\)', _read("ops.def"), re.M)]
+
+
+def cdef_source() -> str:
+    header = _read("pygrad.h")
+    body = header.split("/* cdef-begin", 1)[1].split("/* cdef-end */", 1)[0]
+    body = body.split("*/", 1)[1]
+    ops = op_codes()
+    defines = [f"#define PG_OP_{code} {i}" for i, (code, _, _) in enumerate(ops)]
+    defines.append(f"#define PG_OP_COUNT {len(ops)}")
+    return "\n".join(defines) + "\n" + body
+
+
+def compile_args() -> "list[str]":
+    if sys.platform == "win32":
+        return ["/O2", "/fp:precise", "/std:c11"]
+    args = ["-std=c11", "-O2", "-fno-fast-math", "-ffp-contract=off"]
+    if os.environ.get("PYGRAD_SANITIZE") == "1":
+        args += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]
+    return args
+
+
+def link_args() -> "list[str]":
+    if sys.platform != "win32" and os.environ.get("PYGRAD_SANITIZE") == "1":
+        return ["-fsanitize=address,undefined"]
+    return []
+
+
+ffibuilder = FFI()
+ffibuilder.cdef(cdef_source())
+ffibuilder.set_source(
+    "pygrad._core",
+    '#include "pygrad.h"',
+    sources=[os.path.relpath(os.path.join(CSRC, f), ROOT)
+             for f in sorted(os.listdir(CSRC)) if f.endswith(".c")],
+    include_dirs=[os.path.relpath(CSRC, ROOT)],
+    extra_compile_args=compile_args(),
+    extra_link_args=link_args(),
+    libraries=[] if sys.platform == "win32" else ["m"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

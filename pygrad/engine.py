@@ -1,0 +1,329 @@
+"""The C-backed ``Value``: a drop-in for ``micrograd.engine.Value``.
+
+A Value is a thin handle: ``_h`` names its node in C, ``_s`` holds the claim
+that keeps the node's segment alive (pygrad/_lifetime.py).  The numbers and
+the graph live in C; each operator is one C call.  The forward and gradient
+rules of every op are in csrc/ops.c.
+"""
+import weakref
+from typing import Any, Callable, Iterable, Optional, Set, Tuple, Union
+
+from . import _lifetime
+from ._core import ffi, lib
+from ._lifetime import BackwardHolder, Segment, extras
+from ._numbers import real_or_none, to_real
+
+__all__ = ["Value"]
+
+Number = Union[int, float]
+Operand = Union["Value", int, float]
+
+_new = object.__new__
+_SEG_BITS = lib.PG_SEG_BITS
+_E_FULL, _E_NOMEM = lib.PG_E_FULL, lib.PG_E_NOMEM
+
+# The segment new nodes go into.  Each op reads it once into a local, so a
+# rollover by another thread can't separate a node from its claim.
+_seg: Segment = None  # type: ignore[assignment]
+
+# Values that graph walkers may meet again through ``_prev``: the ones made
+# by ``Value(...)`` and the ones ``_prev`` handed out, by handle.
+_canonical: "weakref.WeakValueDictionary[int, Value]" = weakref.WeakValueDictionary()
+
+_op_names: Tuple[str, ...] = ()
+
+
+def _retry(rc: int, make: Callable[..., int], args: tuple) -> Tuple[Segment, int]:
+    """Slow path of node creation: open a new segment, or raise."""
+    global _seg
+    while rc == _E_FULL:
+        _seg = _lifetime.new_segment()
+        rc = make(_seg.sid, *args)
+    if rc == _E_NOMEM:
+        raise MemoryError("pygrad: out of memory for graph nodes")
+    if rc < 0:
+        raise ValueError("pygrad: invalid operand (a Value whose node no longer exists)")
+    return _seg, rc
+
+
+def _end_segment() -> None:
+    """Start new nodes in a fresh segment.  Called at each backward(): the
+    graph just built then has no claim from the allocator, so it is freed as
+    soon as the user drops it (otherwise the last segment would wait for
+    4096 more nodes)."""
+    global _seg
+    if _seg is not None and lib.pg_seg_used(_seg.sid) > 0:
+        _seg = _lifetime.new_segment()
+
+
+def _current_segment() -> Segment:
+    global _seg
+    if _seg is None:
+        _seg = _lifetime.new_segment()
+    return _seg
+
+
+def _binary(op: int, reflected: bool, doc: str) -> Callable[["Value", Any], "Value"]:
+    """An arithmetic dunder: Value (op) Value, Value (op) number, number (op) Value.
+
+    With a number, micrograd wraps it in a leaf Value; ``pg_binary_k`` makes
+    that leaf and the op node in one call."""
+    binary, binary_k = lib.pg_binary, lib.pg_binary_k
+    k_first = 1 if reflected else 0
+
+    def method(self: "Value", other: Any) -> "Value":
+        seg = _seg
+        if type(other) is Value or isinstance(other, Value):
+            a, b = self._h, other._h
+            if reflected:
+                a, b = b, a
+            h = binary(seg.sid, op, a, b)
+            if h < 0:
+                seg, h = _retry(h, binary, (op, a, b))
+        else:
+            k = other if type(other) is float else real_or_none(other)
+            if k is None:
+                return NotImplemented
+            h = binary_k(seg.sid, op, self._h, k, k_first)
+            if h < 0:
+                seg, h = _retry(h, binary_k, (op, self._h, k, k_first))
+        out = _new(Value)
+        out._h = h
+        out._s = seg
+        return out
+
+    method.__doc__ = doc
+    return method
+
+
+def _unary(op: int, doc: str) -> Callable[["Value"], "Value"]:
+    unary = lib.pg_unary
+
+    def method(self: "Value") -> "Value":
+        seg = _seg
+        h = unary(seg.sid, op, self._h)
+        if h < 0:
+            seg, h = _retry(h, unary, (op, self._h))
+        out = _new(Value)
+        out._h = h
+        out._s = seg
+        return out
+
+    method.__doc__ = doc
+    return method
+
+
+class _PrevSet(set):
+    """micrograd's ``_prev`` set; ``v in s`` also finds another Value of the
+    same node (a Python variable made before ``_prev`` was first read)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "{" + ", ".join(map(repr, self)) + "}" if self else "set()"
+
+    def __contains__(self, v: object) -> bool:
+        if set.__contains__(self, v):
+            return True
+        h = getattr(v, "_h", None)
+        return h is not None and any(x._h == h for x in self)
+
+
+class Value:
+    """A scalar in a computation graph, with its gradient.
+
+    ``Value(data, _children=(), _op='', label='')`` as in micrograd.  Data
+    and grad are stored as C doubles.
+    """
+
+    __slots__ = ("_h", "_s", "__weakref__")
+
+    def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
+                 label: str = "") -> None:
+        x = to_real(data)
+        kids = tuple(_children)
+        for c in kids:
+            if not isinstance(c, Value):
+                raise TypeError(f"Value _children must be Values, not {type(c).__name__}")
+        if not isinstance(_op, str) or not isinstance(label, str):
+            raise TypeError("Value _op and label must be str")
+        seg = _seg or _current_segment()
+        if kids or _op:
+            arr = ffi.new("uint32_t[]", [c._h for c in kids])
+            h = lib.pg_custom(seg.sid, x, arr, len(kids))
+            if h < 0:
+                seg, h = _retry(h, lib.pg_custom, (x, arr, len(kids)))
+        else:
+            h = lib.pg_leaf(seg.sid, x)
+            if h < 0:
+                seg, h = _retry(h, lib.pg_leaf, (x,))
+        self._h = h
+        self._s = seg
+        if _op or label:
+            extra = extras.get_or_create(h)
+            extra.op = _op
+            extra.label = label
+        _canonical[h] = self
+
+    # -- numbers ------------------------------------------------------------
+
+    @property
+    def data(self) -> float:
+        """The forward value."""
+        return lib.pg_data(self._h)
+
+    @data.setter
+    def data(self, v: Any) -> None:
+        lib.pg_set_data(self._h, v if type(v) is float else to_real(v, "Value.data"))
+
+    @property
+    def grad(self) -> float:
+        """d(root)/d(self), accumulated by ``backward()``."""
+        return lib.pg_grad(self._h)
+
+    @grad.setter
+    def grad(self, v: Any) -> None:
+        lib.pg_set_grad(self._h, v if type(v) is float else to_real(v, "Value.grad"))
+
+    # -- graph --------------------------------------------------------------
+
+    @property
+    def _op(self) -> str:
+        global _op_names
+        h = self._h
+        op = lib.pg_op(h)
+        if op == lib.PG_OP_POWK:
+            k = lib.pg_exponent(h)
+            return f"**{int(k)}" if lib.pg_flags(h) & lib.PG_F_INT_EXPONENT else f"**{k!r}"
+        if op == lib.PG_OP_CUSTOM:
+            extra = extras.get(h)
+            return extra.op if extra is not None else ""
+        if not _op_names:
+            _op_names = tuple(ffi.string(lib.pg_op_name(i)).decode()
+                              for i in range(lib.PG_OP_COUNT))
+        return _op_names[op]
+
+    @property
+    def _prev(self) -> Set["Value"]:
+        """The children, as micrograd's set of Values."""
+        h = self._h
+        _canonical.setdefault(h, self)
+        segs = {}
+        out = _PrevSet()
+        for i in range(lib.pg_nkids(h)):
+            k = lib.pg_kid(h, i)
+            v = _canonical.get(k)
+            if v is None:
+                sid = k >> _SEG_BITS
+                seg = segs.get(sid) or segs.setdefault(sid, _lifetime.claim(sid))
+                v = _new(Value)
+                v._h = k
+                v._s = seg
+                _canonical[k] = v
+            out.add(v)
+        return out
+
+    @property
+    def label(self) -> str:
+        """A name for drawing; shared by every Value of the same node."""
+        extra = extras.get(self._h)
+        return extra.label if extra is not None else ""
+
+    @label.setter
+    def label(self, text: str) -> None:
+        if not isinstance(text, str):
+            raise TypeError(f"label must be str, not {type(text).__name__}")
+        extras.get_or_create(self._h).label = text
+
+    @property
+    def _backward(self) -> Callable[[], None]:
+        """Push this node's grad into its children's grads (only them)."""
+        h = self._h
+        if lib.pg_flags(h) & lib.PG_F_PY_BACKWARD:
+            extra = extras.get(h)
+            fn = extra.python_backward() if extra is not None else None
+            if fn is not None:
+                return fn
+        return lambda: lib.pg_node_backward(self._h)
+
+    @_backward.setter
+    def _backward(self, fn: Callable[[], None]) -> None:
+        if not callable(fn):
+            raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
+        h = self._h
+        extra = extras.get_or_create(h)
+        extra.backward = None
+        holder = self._s
+        if isinstance(holder, BackwardHolder):
+            holder.backward = fn
+        else:
+            holder = BackwardHolder(holder, h, fn, extra)
+            self._s = holder
+        extra.holder = weakref.ref(holder)
+        lib.pg_set_py_backward(h, 1)
+
+    def backward(self) -> None:
+        """Backpropagate from this node: its grad is set to 1, every node
+        below it accumulates (``+=``) its gradient, as micrograd does."""
+        _end_segment()
+        sweep = ffi.new("pg_sweep **")
+        rc = lib.pg_backward(self._h, sweep)
+        while rc > 0:
+            extra = extras.get(rc - 1)
+            fn = extra.python_backward() if extra is not None else None
+            try:
+                if fn is not None:
+                    fn()
+            except BaseException:
+                lib.pg_sweep_free(sweep[0])
+                raise
+            rc = lib.pg_backward_resume(sweep[0])
+        if rc == _E_NOMEM:
+            raise MemoryError("pygrad: out of memory in backward()")
+        if rc < 0:
+            raise ValueError("pygrad: backward() on a Value whose node no longer exists")
+
+    # -- operators ----------------------------------------------------------
+
+    __add__ = _binary(lib.PG_OP_ADD, False, "self + other")
+    __radd__ = _binary(lib.PG_OP_ADD, False, "other + self (as micrograd: self + other)")
+    __mul__ = _binary(lib.PG_OP_MUL, False, "self * other")
+    __rmul__ = _binary(lib.PG_OP_MUL, False, "other * self (as micrograd: self * other)")
+    __sub__ = _binary(lib.PG_OP_SUB, False, "self - other")
+    __rsub__ = _binary(lib.PG_OP_SUB, True, "other - self")
+    __truediv__ = _binary(lib.PG_OP_DIV, False, "self / other (IEEE: x / 0 is inf or nan)")
+    __rtruediv__ = _binary(lib.PG_OP_DIV, True, "other / self")
+    __rpow__ = _binary(lib.PG_OP_POW, True, "number ** self")
+    __neg__ = _unary(lib.PG_OP_NEG, "-self")
+    exp = _unary(lib.PG_OP_EXP, "e ** self")
+    log = _unary(lib.PG_OP_LOG, "Natural log (IEEE: log(0) is -inf, log(x < 0) is nan)")
+    tanh = _unary(lib.PG_OP_TANH, "Hyperbolic tangent")
+    relu = _unary(lib.PG_OP_RELU, "max(0, self), micrograd's 'ReLU'")
+    sigmoid = _unary(lib.PG_OP_SIGMOID, "1 / (1 + e ** -self), computed without overflow")
+    _pow_value = _binary(lib.PG_OP_POW, False, "self ** Value")
+
+    def __pow__(self, other: Any) -> "Value":
+        """self ** other: a number exponent is a constant ('**2'), a Value
+        exponent is differentiated too."""
+        if isinstance(other, Value):
+            return self._pow_value(other)
+        k = real_or_none(other)
+        if k is None:
+            return NotImplemented
+        is_int = 1 if isinstance(other, int) or _is_integer_type(other) else 0
+        seg = _seg
+        h = lib.pg_powk(seg.sid, self._h, k, is_int)
+        if h < 0:
+            seg, h = _retry(h, lib.pg_powk, (self._h, k, is_int))
+        out = _new(Value)
+        out._h = h
+        out._s = seg
+        return out
+
+    def __repr__(self) -> str:
+        return f"Value(data={self.data}, grad={self.grad})"
+
+
+def _is_integer_type(x: Any) -> bool:
+    import numbers
+    return isinstance(x, numbers.Integral)

@@ -1,0 +1,238 @@
+"""The pure-Python reference engine: the same API as ``pygrad.Value``,
+written as plainly as micrograd.
+
+It is the correctness oracle of the tests and the baseline of the
+benchmarks.  Each op mirrors its rule in csrc/ops.c expression for
+expression, so the two engines produce identical doubles.  Unlike micrograd,
+children are kept in creation order and the topological sort is iterative,
+so results are reproducible run to run and deep graphs do not recurse.
+"""
+from typing import Any, Callable, Iterable, List, Set, Tuple
+
+from . import _ieee
+from ._numbers import real_or_none, to_real
+
+__all__ = ["Value"]
+
+
+class Value:
+    """A scalar in a computation graph, with its gradient (pure Python)."""
+
+    __slots__ = ("data", "grad", "_backward", "_children", "_op", "label", "__weakref__")
+
+    def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
+                 label: str = "") -> None:
+        self.data = to_real(data)
+        self.grad = 0.0
+        self._backward: Callable[[], None] = lambda: None
+        self._children: Tuple["Value", ...] = tuple(_children)
+        for c in self._children:
+            if not isinstance(c, Value):
+                raise TypeError(f"Value _children must be Values, not {type(c).__name__}")
+        self._op = _op
+        self.label = label
+
+    @property
+    def _prev(self) -> Set["Value"]:
+        return set(self._children)
+
+    def _operand(self, other: Any) -> "Value":
+        if isinstance(other, Value):
+            return other
+        k = real_or_none(other)
+        return NotImplemented if k is None else Value(k)
+
+    # -- ops: forward value and gradient rule side by side --------------------
+
+    def __add__(self, other: Any) -> "Value":
+        other = self._operand(other)
+        if other is NotImplemented:
+            return other
+        out = Value(self.data + other.data, (self, other), "+")
+
+        def _backward() -> None:
+            g = out.grad
+            self.grad += g
+            other.grad += g
+        out._backward = _backward
+        return out
+
+    def __mul__(self, other: Any) -> "Value":
+        other = self._operand(other)
+        if other is NotImplemented:
+            return other
+        out = Value(self.data * other.data, (self, other), "*")
+
+        def _backward() -> None:
+            g = out.grad
+            self.grad += other.data * g
+            other.grad += self.data * g
+        out._backward = _backward
+        return out
+
+    def _sub(self, other: "Value") -> "Value":
+        out = Value(self.data - other.data, (self, other), "-")
+
+        def _backward() -> None:
+            g = out.grad
+            self.grad += g
+            other.grad += -g
+        out._backward = _backward
+        return out
+
+    def _div(self, other: "Value") -> "Value":
+        out = Value(_ieee.div(self.data, other.data), (self, other), "/")
+
+        def _backward() -> None:
+            g = out.grad
+            a, b = self.data, other.data
+            self.grad += _ieee.div(g, b)
+            other.grad += _ieee.div(-g * a, b * b)
+        out._backward = _backward
+        return out
+
+    def __neg__(self) -> "Value":
+        out = Value(-self.data, (self,), "neg")
+
+        def _backward() -> None:
+            self.grad += -out.grad
+        out._backward = _backward
+        return out
+
+    def _pow_const(self, k: float, name: str) -> "Value":
+        out = Value(_ieee.pow(self.data, k), (self,), "**" + name)
+
+        def _backward() -> None:
+            if k != 0.0:
+                self.grad += (k * _ieee.pow(self.data, k - 1.0)) * out.grad
+        out._backward = _backward
+        return out
+
+    def _pow_value(self, other: "Value") -> "Value":
+        out = Value(_ieee.pow(self.data, other.data), (self, other), "**")
+
+        def _backward() -> None:
+            g = out.grad
+            x, y = self.data, other.data
+            if y != 0.0:
+                self.grad += (y * _ieee.pow(x, y - 1.0)) * g
+            if not (x == 0.0 and y >= 0.0):
+                other.grad += (out.data * _ieee.log(x)) * g
+        out._backward = _backward
+        return out
+
+    def exp(self) -> "Value":
+        out = Value(_ieee.exp(self.data), (self,), "exp")
+
+        def _backward() -> None:
+            self.grad += out.data * out.grad
+        out._backward = _backward
+        return out
+
+    def log(self) -> "Value":
+        out = Value(_ieee.log(self.data), (self,), "log")
+
+        def _backward() -> None:
+            self.grad += _ieee.div(out.grad, self.data)
+        out._backward = _backward
+        return out
+
+    def tanh(self) -> "Value":
+        out = Value(_ieee.tanh(self.data), (self,), "tanh")
+
+        def _backward() -> None:
+            t = out.data
+            self.grad += (1.0 - t * t) * out.grad
+        out._backward = _backward
+        return out
+
+    def relu(self) -> "Value":
+        out = Value(0.0 if self.data < 0.0 else self.data, (self,), "ReLU")
+
+        def _backward() -> None:
+            self.grad += float(out.data > 0.0) * out.grad
+        out._backward = _backward
+        return out
+
+    def sigmoid(self) -> "Value":
+        x = self.data
+        if x >= 0.0:
+            s = _ieee.div(1.0, 1.0 + _ieee.exp(-x))
+        else:
+            e = _ieee.exp(x)
+            s = _ieee.div(e, 1.0 + e)
+        out = Value(s, (self,), "sigmoid")
+
+        def _backward() -> None:
+            s = out.data
+            self.grad += (s * (1.0 - s)) * out.grad
+        out._backward = _backward
+        return out
+
+    # -- operator plumbing, in micrograd's operand order ----------------------
+
+    def __radd__(self, other: Any) -> "Value":
+        return self + other
+
+    def __rmul__(self, other: Any) -> "Value":
+        return self * other
+
+    def __sub__(self, other: Any) -> "Value":
+        other = self._operand(other)
+        return other if other is NotImplemented else self._sub(other)
+
+    def __rsub__(self, other: Any) -> "Value":
+        other = self._operand(other)
+        return other if other is NotImplemented else other._sub(self)
+
+    def __truediv__(self, other: Any) -> "Value":
+        other = self._operand(other)
+        return other if other is NotImplemented else self._div(other)
+
+    def __rtruediv__(self, other: Any) -> "Value":
+        other = self._operand(other)
+        return other if other is NotImplemented else other._div(self)
+
+    def __pow__(self, other: Any) -> "Value":
+        if isinstance(other, Value):
+            return self._pow_value(other)
+        k = real_or_none(other)
+        if k is None:
+            return NotImplemented
+        import numbers
+        name = str(int(k)) if isinstance(other, numbers.Integral) else repr(k)
+        return self._pow_const(k, name)
+
+    def __rpow__(self, other: Any) -> "Value":
+        other = self._operand(other)
+        return other if other is NotImplemented else other._pow_value(self)
+
+    # -- backward ---------------------------------------------------------------
+
+    def _topo(self) -> List["Value"]:
+        """Post-order DFS with an explicit stack, children in creation order:
+        the same order as csrc/backward.c."""
+        topo: List[Value] = []
+        visited = {id(self)}
+        stack = [(self, iter(self._children))]
+        while stack:
+            node, kids = stack[-1]
+            for child in kids:
+                if id(child) not in visited:
+                    visited.add(id(child))
+                    stack.append((child, iter(child._children)))
+                    break
+            else:
+                stack.pop()
+                topo.append(node)
+        return topo
+
+    def backward(self) -> None:
+        """Set this grad to 1 and accumulate (``+=``) every gradient below."""
+        topo = self._topo()
+        self.grad = 1.0
+        for v in reversed(topo):
+            v._backward()
+
+    def __repr__(self) -> str:
+        return f"Value(data={self.data}, grad={self.grad})"
