@@ -56,11 +56,33 @@ static uint64_t live_nodes;
 static uint32_t live_segs;
 static uint32_t scanning = 0;      /* segment being swept by pg_seg_release */
 
-/* Extras whose nodes died, waiting for Python to drop its side of them.  The
- * buffer always has room for every node that has an extra, so freeing a node
- * never needs to allocate. */
+/*
+ * Notices for Python, drained after each release:
+ *   reaped:  extras of nodes that died, for Python to drop its records;
+ *   orphans: pinned nodes (a Python backward whose Value is gone) that just
+ *            lost their last parent, so Python can let go of the closure.
+ * Each buffer always has room for every node that could be queued, so
+ * freeing never needs to allocate.
+ */
 static uint32_t *reaped;
 static uint32_t n_reaped, reaped_cap, n_with_extra;
+static uint32_t *orphans;
+static uint32_t n_orphans, orphans_cap, n_py_backward;
+
+#define PG_F_PINNED 16
+#define PG_F_ORPHAN_QUEUED 32
+
+/* Room for `need` entries in *buf; lock held. */
+static int reserve(uint32_t **buf, uint32_t *cap, uint32_t need) {
+    if (need <= *cap) return 1;
+    uint32_t cap2 = *cap ? 2 * *cap : 256;
+    while (cap2 < need) cap2 *= 2;
+    uint32_t *p = realloc(*buf, (size_t)cap2 * sizeof(uint32_t));
+    if (p == NULL) return 0;
+    *buf = p;
+    *cap = cap2;
+    return 1;
+}
 
 void pg_lock(void) { pg_mutex_lock(&lock); }
 void pg_unlock(void) { pg_mutex_unlock(&lock); }
@@ -131,6 +153,15 @@ void pg_seg_claim(uint32_t sid) {
     pg_unlock();
 }
 
+/* After a child lost a parent or pin: queue it if it is now held only by
+ * its own pin (a Python backward nobody above needs any more). */
+static void note_orphan(pg_node *c, uint32_t h) {
+    if (c->refs == 1 && (c->flags & PG_F_PINNED) && !(c->flags & PG_F_ORPHAN_QUEUED)) {
+        c->flags |= PG_F_ORPHAN_QUEUED;
+        orphans[n_orphans++] = h;
+    }
+}
+
 /* Free node h (refs == 0, segment unclaimed) and whatever that orphans. */
 static void free_cascade(uint32_t h) {
     pg_N(h)->mark = PG_NO_NODE;
@@ -146,6 +177,8 @@ static void free_cascade(uint32_t h) {
                 c->flags |= PG_F_DEAD;     /* queued: never queue it twice */
                 c->mark = next;
                 next = kids[i];
+            } else {
+                note_orphan(c, kids[i]);
             }
         }
         n->flags |= PG_F_DEAD;
@@ -154,6 +187,7 @@ static void free_cascade(uint32_t h) {
             n_with_extra--;
             n->extra = 0;
         }
+        if (n->flags & PG_F_PY_BACKWARD) n_py_backward--;
         live_nodes--;
         pg_seg *seg = pg_segtab[h >> PG_SEG_BITS];
         if (--seg->live == 0 && seg->claims == 0 && seg->sid != scanning)
@@ -182,7 +216,7 @@ int32_t pg_seg_release(uint32_t sid) {
         scanning = 0;
         if (seg->live == 0) recycle(seg);
     }
-    int32_t pending = (int32_t)n_reaped;
+    int32_t pending = (int32_t)(n_reaped + n_orphans);
     pg_unlock();
     return pending;
 }
@@ -245,15 +279,9 @@ int pg_set_extra(uint32_t h, uint32_t extra) {
     pg_lock();
     pg_node *n = pg_N(h);
     if (n->extra == 0 && extra != 0) {
-        if (n_reaped + n_with_extra + 1 > reaped_cap) {
-            uint32_t cap = reaped_cap ? 2 * reaped_cap : 256;
-            uint32_t *r = realloc(reaped, (size_t)cap * sizeof(uint32_t));
-            if (r == NULL) {
-                pg_unlock();
-                return PG_E_NOMEM;
-            }
-            reaped = r;
-            reaped_cap = cap;
+        if (!reserve(&reaped, &reaped_cap, n_reaped + n_with_extra + 1)) {
+            pg_unlock();
+            return PG_E_NOMEM;
         }
         n_with_extra++;
     } else if (n->extra != 0 && extra == 0) {
@@ -268,6 +296,93 @@ uint32_t pg_take_reaped(uint32_t *out, uint32_t cap) {
     pg_lock();
     uint32_t k = 0;
     while (k < cap && n_reaped > 0) out[k++] = reaped[--n_reaped];
+    pg_unlock();
+    return k;
+}
+
+int pg_set_py_backward(uint32_t h) {
+    pg_lock();
+    pg_node *n = pg_N(h);
+    if (!(n->flags & PG_F_PY_BACKWARD)) {
+        if (!reserve(&orphans, &orphans_cap, n_py_backward + 1)) {
+            pg_unlock();
+            return PG_E_NOMEM;
+        }
+        n_py_backward++;
+        n->flags |= PG_F_PY_BACKWARD;
+    }
+    pg_unlock();
+    return 0;
+}
+
+int pg_pin_if_parented(uint32_t h) {
+    pg_lock();
+    pg_node *n = pg_N(h);
+    int pinned = 0;
+    if (n->refs > 0 && !(n->flags & PG_F_PINNED)) {
+        n->refs++;
+        n->flags |= PG_F_PINNED;
+        pinned = 1;
+    }
+    pg_unlock();
+    return pinned;
+}
+
+void pg_unpin(uint32_t h) {
+    pg_lock();
+    pg_node *n = pg_N(h);
+    if (n->flags & PG_F_PINNED) {
+        n->flags &= (uint8_t)~PG_F_PINNED;
+        n->refs--;
+    }
+    pg_unlock();
+}
+
+int pg_unpin_orphan(uint32_t h) {
+    pg_lock();
+    pg_node *n = pg_N(h);
+    int done = 0;
+    if ((n->flags & PG_F_PINNED) && n->refs == 1) {
+        n->flags &= (uint8_t)~PG_F_PINNED;
+        n->refs = 0;
+        if (pg_segtab[h >> PG_SEG_BITS]->claims == 0) {
+            n->flags |= PG_F_DEAD;
+            free_cascade(h);
+        }
+        done = 1;
+    }
+    pg_unlock();
+    return done;
+}
+
+void pg_ref(uint32_t h) {
+    pg_lock();
+    pg_N(h)->refs++;
+    pg_unlock();
+}
+
+int32_t pg_unref(uint32_t h) {
+    pg_lock();
+    pg_node *n = pg_N(h);
+    if (--n->refs == 0 && !(n->flags & PG_F_DEAD) && pg_segtab[h >> PG_SEG_BITS]->claims == 0) {
+        n->flags |= PG_F_DEAD;
+        free_cascade(h);
+    } else {
+        note_orphan(n, h);
+    }
+    int32_t pending = (int32_t)(n_reaped + n_orphans);
+    pg_unlock();
+    return pending;
+}
+
+uint32_t pg_take_orphans(uint32_t *out, uint32_t cap) {
+    pg_lock();
+    uint32_t k = 0;
+    while (k < cap && n_orphans > 0) {
+        uint32_t h = orphans[--n_orphans];
+        pg_N(h)->flags &= (uint8_t)~PG_F_ORPHAN_QUEUED;
+        out[k++] = h;
+    }
     pg_unlock();
     return k;
 }

@@ -149,11 +149,3 @@ uint32_t pg_kid(uint32_t h, uint32_t i) {
 const char *pg_op_name(int op) {
     return op >= 0 && op < PG_OP_COUNT ? pg_rules[op].name : "";
 }
-
-void pg_set_py_backward(uint32_t h, int on) {
-    pg_lock();
-    pg_node *n = pg_N(h);
-    if (on) n->flags |= PG_F_PY_BACKWARD;
-    else n->flags &= (uint8_t)~PG_F_PY_BACKWARD;
-    pg_unlock();
-}

@@ -68,11 +68,26 @@ uint32_t pg_kid(uint32_t h, uint32_t i);
 uint32_t pg_refs(uint32_t h);
 const char *pg_op_name(int op);
 
-/* Python-side extras (label, op name, custom backward) of a node. */
+/* Python-side extras (label, op name, custom backward) of a node, and the
+ * notices Python drains after pg_seg_release reports them pending. */
 uint32_t pg_extra(uint32_t h);
 int pg_set_extra(uint32_t h, uint32_t extra);
-void pg_set_py_backward(uint32_t h, int on);
 uint32_t pg_take_reaped(uint32_t *out, uint32_t cap);
+
+/* A node whose backward is a Python closure.  When the last Value holding
+ * the closure goes while parents still need it, the node is pinned and the
+ * closure kept; once the parents are gone the node is queued as an orphan,
+ * and pg_unpin_orphan lets it go. */
+int pg_set_py_backward(uint32_t h);
+int pg_pin_if_parented(uint32_t h);
+void pg_unpin(uint32_t h);
+int pg_unpin_orphan(uint32_t h);
+uint32_t pg_take_orphans(uint32_t *out, uint32_t cap);
+
+/* A claim on one node rather than its segment.  pg_unref returns the
+ * number of notices pending, as pg_seg_release does. */
+void pg_ref(uint32_t h);
+int32_t pg_unref(uint32_t h);
 
 /* Backward.  Returns 0 when done, h + 1 when node h needs its Python
  * backward run (then call pg_backward_resume), or a negative PG_E_*. */

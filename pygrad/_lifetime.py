@@ -12,7 +12,7 @@ drops the record.
 """
 import threading
 import weakref
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 from ._core import ffi, lib
 
@@ -20,13 +20,14 @@ from ._core import ffi, lib
 class ExtraTable:
     """Index -> NodeExtra, for the few nodes that carry Python data."""
 
-    __slots__ = ("items", "free", "lock", "buf")
+    __slots__ = ("items", "free", "lock", "draining", "buf")
 
     def __init__(self) -> None:
         self.items: List[Optional["NodeExtra"]] = [None]   # index 0 means "none"
         self.free: List[int] = []
-        # Re-entrant: a Segment finalizer may drain while this thread holds it.
+        # Re-entrant: a finalizer may run drain() while this thread holds it.
         self.lock = threading.RLock()
+        self.draining = False
         self.buf = ffi.new("uint32_t[]", 256)
 
     def get(self, h: int) -> "Optional[NodeExtra]":
@@ -52,16 +53,36 @@ class ExtraTable:
             return extra
 
     def drain(self) -> None:
-        """Drop the records of nodes that C has freed."""
+        """Act on C's notices: drop the records of freed nodes, and let go of
+        the closures of pinned nodes whose parents are gone.  Letting go can
+        free more nodes (and run this again from a finalizer): the nested
+        call returns at once and this loop picks its notices up."""
         with self.lock:
-            while True:
-                n = lib.pg_take_reaped(self.buf, 256)
-                for k in range(n):
-                    i = self.buf[k]
-                    self.items[i] = None
-                    self.free.append(i)
-                if n < 256:
-                    return
+            if self.draining:
+                return
+            self.draining = True
+            try:
+                while self._drain_reaped() + self._drain_orphans():
+                    pass
+            finally:
+                self.draining = False
+
+    def _drain_reaped(self) -> int:
+        n = lib.pg_take_reaped(self.buf, 256)
+        for k in range(n):
+            i = self.buf[k]
+            self.items[i] = None
+            self.free.append(i)
+        return n
+
+    def _drain_orphans(self) -> int:
+        n = lib.pg_take_orphans(self.buf, 256)
+        handles = [self.buf[k] for k in range(n)]
+        for h in handles:
+            extra = self.get(h)
+            if lib.pg_unpin_orphan(h) and extra is not None:
+                extra.backward = None
+        return n
 
 
 class NodeExtra:
@@ -101,30 +122,100 @@ class Segment:
             _drain()
 
 
+class NodePin:
+    """A claim on one node instead of its whole segment (see narrow_claims)."""
+
+    __slots__ = ("h",)
+
+    def __init__(self, h: int) -> None:
+        self.h = h
+        lib.pg_ref(h)
+
+    def __del__(self, _unref=lib.pg_unref, _drain=extras.drain) -> None:
+        if _unref(self.h) > 0:
+            _drain()
+
+
 class BackwardHolder:
     """Stands in for the Segment of a Value whose ``_backward`` was set.
 
-    micrograd's ``_backward`` closures refer to their own ``out`` Value.  If
-    a global table held the closure, that Value (and its segment) would never
-    die.  So the closure lives here, on the Value, and only when the Value
-    goes, and parents still need the node's backward, does it move to the
-    node's NodeExtra, which C drops with the node.  The moved Value keeps no
-    claim (``seg`` is cleared), so the node's lifetime is then its parents'.
+    micrograd's ``_backward`` closures refer to their own ``out`` Value and
+    to its children's Values.  If a table held such a closure for the node's
+    whole life, those Values' claims would keep the node alive forever.  So
+    the closure lives here, on the Value.  When that Value goes while parents
+    still need the backward, the node is pinned in C and the closure moves
+    to its NodeExtra; once the parents are gone C reports the node as an
+    orphan and ExtraTable.drain lets go of both.  A moved closure must not
+    pin whole segments (they hold the very parents that keep it): the Values
+    it refers to are narrowed to claims on their own nodes.
+
+    The holder takes its own claim, so that its finalizer can still look at
+    the node whatever order the garbage collector finalizes a cycle in.
     """
 
-    __slots__ = ("seg", "h", "backward", "extra", "__weakref__")
+    __slots__ = ("sid", "h", "backward", "extra", "__weakref__")
 
-    def __init__(self, seg: Optional[Segment], h: int, backward: Callable[[], None],
-                 extra: NodeExtra) -> None:
-        self.seg = seg
+    def __init__(self, h: int, backward: Callable[[], None], extra: NodeExtra) -> None:
+        self.sid: Optional[int] = h >> lib.PG_SEG_BITS
         self.h = h
         self.backward = backward
         self.extra = extra
+        lib.pg_seg_claim(self.sid)
 
-    def __del__(self, _refs=lib.pg_refs) -> None:
-        if self.seg is not None and _refs(self.h) > 0:
-            self.extra.backward = self.backward
-        self.seg = None
+    def narrow(self) -> None:
+        """Trade the segment claim for a claim on this node only."""
+        if self.sid is not None:
+            lib.pg_ref(self.h)
+            sid, self.sid = self.sid, None
+            if lib.pg_seg_release(sid) > 0:
+                extras.drain()
+
+    def __del__(self, _pin=lib.pg_pin_if_parented, _release=lib.pg_seg_release,
+                _unref=lib.pg_unref, _drain=extras.drain) -> None:
+        fn, self.backward = self.backward, None    # don't keep a cycle alive
+        if _pin(self.h):
+            self.extra.backward = fn
+            narrow_claims(fn, self)
+        del fn
+        pending = _release(self.sid) if self.sid is not None else _unref(self.h)
+        if pending > 0:
+            _drain()
+
+    @staticmethod
+    def reclaim(h: int, extra: NodeExtra) -> "BackwardHolder":
+        """A holder for a new Value of a node whose closure was moved to its
+        NodeExtra: the closure moves back, and the pin goes."""
+        holder = BackwardHolder(h, extra.backward, extra)   # type: ignore[arg-type]
+        extra.backward = None
+        lib.pg_unpin(h)
+        return holder
+
+
+def narrow_claims(fn: Callable[[], None], skip: BackwardHolder) -> None:
+    """Narrow the claims of the Values a closure refers to (in its cells and
+    defaults, and one level into tuples, lists and sets) to their own nodes.
+    Values it reaches any other way keep claiming their whole segment, which
+    holds memory longer but is never unsafe."""
+    from .engine import Value
+    found = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())
+             if _cell_is_set(c)]
+    found.extend(getattr(fn, "__defaults__", None) or ())
+    for obj in found:
+        for v in obj if isinstance(obj, (tuple, list, set, frozenset)) else (obj,):
+            if isinstance(v, Value):
+                claim = v._s
+                if isinstance(claim, Segment):
+                    v._s = NodePin(v._h)
+                elif isinstance(claim, BackwardHolder) and claim is not skip:
+                    claim.narrow()
+
+
+def _cell_is_set(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
 
 
 def new_segment() -> Segment:

@@ -214,11 +214,15 @@ class Value:
             k = lib.pg_kid(h, i)
             v = _canonical.get(k)
             if v is None:
-                sid = k >> _SEG_BITS
-                seg = segs.get(sid) or segs.setdefault(sid, _lifetime.claim(sid))
                 v = _new(Value)
                 v._h = k
-                v._s = seg
+                extra = extras.get(k)
+                if extra is not None and extra.backward is not None:
+                    v._s = BackwardHolder.reclaim(k, extra)
+                    extra.holder = weakref.ref(v._s)
+                else:
+                    sid = k >> _SEG_BITS
+                    v._s = segs.get(sid) or segs.setdefault(sid, _lifetime.claim(sid))
                 _canonical[k] = v
             out.add(v)
         return out
@@ -252,15 +256,18 @@ class Value:
             raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
         h = self._h
         extra = extras.get_or_create(h)
-        extra.backward = None
+        if lib.pg_set_py_backward(h) < 0:
+            raise MemoryError("pygrad: out of memory setting _backward")
         holder = self._s
         if isinstance(holder, BackwardHolder):
             holder.backward = fn
         else:
-            holder = BackwardHolder(holder, h, fn, extra)
+            if extra.backward is not None:     # moved there by an earlier Value
+                lib.pg_unpin(h)
+                extra.backward = None
+            holder = BackwardHolder(h, fn, extra)
             self._s = holder
         extra.holder = weakref.ref(holder)
-        lib.pg_set_py_backward(h, 1)
 
     def backward(self) -> None:
         """Backpropagate from this node: its grad is set to 1, every node

@@ -1,0 +1,215 @@
+"""pygrad.Value behaves as micrograd.engine.Value: API, op names, _prev,
+labels, repr, identity, reflected ops, repeated backward, micrograd idioms."""
+import math
+
+import pytest
+
+import pygrad
+import pygrad.engine
+from pygrad import Value
+from pygrad.reference import Value as RefValue
+
+
+def test_import_paths_name_one_class():
+    assert pygrad.Value is pygrad.engine.Value
+    assert isinstance(pygrad.__version__, str) and pygrad.__version__
+
+
+def test_constructor_signature_matches_micrograd():
+    a = Value(2.0)
+    b = Value(3, (a,), "myop", label="b")
+    assert a.data == 2.0 and a.grad == 0.0 and a._op == "" and a.label == ""
+    assert b.data == 3.0 and b._op == "myop" and b.label == "b"
+    assert b._prev == {a}
+
+
+def test_data_and_grad_are_writable_like_an_sgd_step():
+    p = Value(1.0)
+    p.grad = 0.5
+    p.data -= 0.1 * p.grad
+    assert p.data == 1.0 - 0.1 * 0.5
+    p.grad = 0  # micrograd's zero_grad writes an int
+    assert p.grad == 0.0
+
+
+@pytest.mark.parametrize("make, op", [
+    (lambda a, b: a + b, "+"),
+    (lambda a, b: a * b, "*"),
+    (lambda a, b: a ** 2, "**2"),
+    (lambda a, b: a ** -1, "**-1"),
+    (lambda a, b: a ** 0.5, "**0.5"),
+    (lambda a, b: a.relu(), "ReLU"),
+    (lambda a, b: a.tanh(), "tanh"),
+    (lambda a, b: a.exp(), "exp"),
+    (lambda a, b: a - b, "-"),
+    (lambda a, b: a / b, "/"),
+    (lambda a, b: -a, "neg"),
+    (lambda a, b: a ** b, "**"),
+])
+def test_op_names_agree_with_micrograd_and_reference(make, op):
+    assert make(Value(2.0), Value(3.0))._op == op
+    assert make(RefValue(2.0), RefValue(3.0))._op == op
+
+
+def test_prev_holds_the_children_and_constants():
+    a, b = Value(2.0), Value(3.0)
+    assert (a * b)._prev == {a, b}
+    c = a + 5
+    kids = c._prev
+    assert len(kids) == 2 and a in kids
+    assert sorted(k.data for k in kids) == [2.0, 5.0]
+    assert (a ** 2)._prev == {a}
+    assert a._prev == set()
+
+
+def test_prev_of_an_op_result_finds_the_variable_that_holds_it():
+    a, b = Value(2.0), Value(3.0)
+    c = a * b
+    d = c + 1
+    assert c in d._prev
+
+
+def test_labels_show_on_the_values_prev_hands_out():
+    a = Value(2.0, label="a")
+    b = Value(3.0)
+    b.label = "b"
+    e = a * b
+    e.label = "e"
+    d = e + 1.0
+    del a, b, e
+    (e2,) = [k for k in d._prev if k.label == "e"]
+    assert sorted(k.label for k in e2._prev) == ["a", "b"]
+
+
+def test_repr_is_micrograds():
+    v = Value(2.5)
+    assert repr(v) == "Value(data=2.5, grad=0.0)"
+    assert repr(RefValue(2.5)) == "Value(data=2.5, grad=0.0)"
+
+
+def test_hashable_by_identity():
+    a, b = Value(1.0), Value(1.0)
+    d = {a: "a", b: "b"}
+    assert d[a] == "a" and d[b] == "b" and a != b and a == a
+
+
+@pytest.mark.parametrize("expr, expected", [
+    ("2 + v", 5.0), ("2.0 + v", 5.0), ("v + 2", 5.0),
+    ("2 * v", 6.0), ("2.5 * v", 7.5),
+    ("2 - v", -1.0), ("v - 2", 1.0),
+    ("2 / v", 2 / 3), ("v / 2", 1.5),
+    ("2 ** v", 8.0), ("v ** 2", 9.0),
+    ("-v", -3.0),
+])
+def test_reflected_and_plain_forms_with_numbers(expr, expected):
+    for V in (Value, RefValue):
+        v = V(3.0)
+        out = eval(expr)
+        assert out.data == expected
+        out.backward()
+        assert v.grad != 0.0
+
+
+def test_repeated_backward_accumulates_like_micrograd():
+    # micrograd's backward: root.grad = 1, then every node += again, so a
+    # second call pushes the already-accumulated grads once more.
+    for V in (Value, RefValue):
+        a = V(3.0)
+        b = a * 2.0      # db/da = 2
+        c = b * 5.0      # dc/db = 5
+        c.backward()
+        assert (c.grad, b.grad, a.grad) == (1.0, 5.0, 10.0)
+        c.backward()
+        # b: 5 + 5 = 10; a: 10 + 2 * 10 = 30
+        assert (c.grad, b.grad, a.grad) == (1.0, 10.0, 30.0)
+
+
+def test_manual_backward_pushes_into_children_only():
+    for V in (Value, RefValue):
+        a, b = V(2.0), V(-3.0)
+        e = a * b
+        c = V(10.0)
+        d = e + c
+        d.grad = 1.0
+        d._backward()
+        assert (e.grad, c.grad, a.grad, b.grad) == (1.0, 1.0, 0.0, 0.0)
+        e._backward()
+        assert (a.grad, b.grad) == (-3.0, 2.0)
+
+
+def _micrograd_style_tanh(V):
+    def tanh(self):
+        t = math.tanh(self.data)
+        out = V(t, (self,), "mytanh")
+
+        def _backward():
+            self.grad += (1 - t ** 2) * out.grad
+        out._backward = _backward
+        return out
+    return tanh
+
+
+def test_custom_op_written_the_micrograd_way():
+    results = []
+    for V in (Value, RefValue):
+        tanh = _micrograd_style_tanh(V)
+        x, w = V(0.7), V(-1.3)
+        hidden = tanh(x * w)
+        assert hidden._op == "mytanh"
+        y = hidden * 3.0 + 1.0
+        del hidden  # the closure must survive its own Value
+        y.backward()
+        results.append((y.data, x.grad, w.grad))
+    assert results[0] == results[1]
+    assert results[0][1] != 0.0
+
+
+def test_custom_backward_is_returned_by_the_getter():
+    v = Value(1.0)
+    out = Value(2.0, (v,), "f")
+
+    def fn():
+        v.grad += 7.0
+    out._backward = fn
+    assert out._backward is fn
+    out._backward()
+    assert v.grad == 7.0
+
+
+def _trace(root):
+    """The graph walk of micrograd's trace_graph.ipynb."""
+    nodes, edges = set(), set()
+
+    def build(v):
+        if v not in nodes:
+            nodes.add(v)
+            for child in v._prev:
+                edges.add((child, v))
+                build(child)
+    build(root)
+    return nodes, edges
+
+
+def test_graph_walker_sees_one_object_per_node():
+    graphs = []
+    for V in (Value, RefValue):
+        a, b = V(2.0, label="a"), V(-3.0, label="b")
+        c = a * b
+        d = c + a          # a is reached through two paths
+        e = (d * c).relu() + d
+        nodes, edges = _trace(e)
+        by_id = {id(n): n for n in nodes}
+        assert len(by_id) == len(nodes)
+        graphs.append((len(nodes), len(edges), sorted(n.label for n in nodes)))
+    assert graphs[0] == graphs[1]
+    assert graphs[0][0] == 7  # a, b, c, d, d*c, relu, e: each once
+
+
+def test_deep_chain_of_a_million_nodes_backprops():
+    x = Value(0.0)
+    w = Value(1.0)
+    for _ in range(1_000_000):
+        x = x + w
+    x.backward()
+    assert x.data == 1_000_000.0
+    assert w.grad == 1_000_000.0
