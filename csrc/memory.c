@@ -55,6 +55,8 @@ static uint32_t pool_len;
 static uint64_t live_nodes;
 static uint32_t live_segs;
 static uint32_t scanning = 0;      /* segment being swept by pg_seg_release */
+static uint64_t births;
+static pg_seg *newest;             /* tail of the live list (older links) */
 
 /*
  * Notices for Python, drained after each release:
@@ -118,6 +120,12 @@ int32_t pg_seg_new(void) {
     seg->sid = sid;
     seg->edges = NULL;
     seg->next_free = NULL;
+    seg->birth = ++births;
+    seg->reach_epoch = 0;
+    seg->older = newest;
+    seg->newer = NULL;
+    if (newest != NULL) newest->newer = seg;
+    newest = seg;
     pg_segtab[sid] = seg;
     live_segs++;
     pg_unlock();
@@ -131,6 +139,9 @@ static void recycle(pg_seg *seg) {
         free(c);
         c = next;
     }
+    if (seg->older != NULL) seg->older->newer = seg->newer;
+    if (seg->newer != NULL) seg->newer->older = seg->older;
+    else newest = seg->older;
     pg_segtab[seg->sid] = NULL;
     free_sids[n_free_sids++] = seg->sid;
     live_segs--;
@@ -257,10 +268,15 @@ int pg_handle_valid(uint32_t h) {
     return !(pg_N(h)->flags & PG_F_DEAD);
 }
 
+int pg_check_kid(uint32_t sid, uint32_t h) {
+    if (!pg_handle_valid(h)) return PG_E_ARG;
+    if (pg_segtab[h >> PG_SEG_BITS]->birth > pg_segtab[sid]->birth) return PG_E_FULL;
+    return 0;
+}
+
 void pg_reset_marks(void) {
-    for (uint32_t sid = 1; sid < next_sid; sid++) {
-        pg_seg *seg = pg_segtab[sid];
-        if (seg == NULL) continue;
+    for (pg_seg *seg = newest; seg != NULL; seg = seg->older) {
+        seg->reach_epoch = 0;
         for (uint32_t i = 0; i < seg->used; i++)
             if (!(seg->nodes[i].flags & PG_F_DEAD)) seg->nodes[i].mark = 0;
     }

@@ -41,11 +41,19 @@ typedef struct pg_edge_chunk {
 
 /* The header comes first so that a segment holding few nodes touches few
  * pages of its mapping. */
+/* The header comes first so that a segment holding few nodes touches few
+ * pages of its mapping.  Live segments form a list in creation order, and a
+ * node is created after all of its children (see pg_check_kid), so
+ * (segment birth, offset) orders every graph topologically. */
 typedef struct pg_seg {
     uint32_t used;         /* bump index */
     uint32_t live;         /* allocated nodes not yet freed */
     uint32_t claims;       /* live Python segment objects */
     uint32_t sid;
+    uint64_t birth;        /* creation counter: orders segments */
+    uint32_t reach_epoch;  /* the backward sweep that reached a node here */
+    uint32_t unused;
+    struct pg_seg *older, *newer;   /* live segments, by birth */
     pg_edge_chunk *edges;
     struct pg_seg *next_free;
     pg_node nodes[PG_SEG_NODES];
@@ -80,12 +88,16 @@ static inline uint32_t pg_children(const pg_node *n, const uint32_t **kids) {
 void pg_lock(void);
 void pg_unlock(void);
 /* Reserve `count` consecutive slots in segment sid (lock held); returns the
- * handle of the first or PG_E_FULL / PG_E_ARG. */
+ * handle of the first or PG_E_FULL / PG_E_ARG.  count 0 checks sid only. */
 int32_t pg_alloc_nodes(uint32_t sid, uint32_t count);
 /* Child list storage for an n-ary node in segment sid (lock held). */
 uint32_t *pg_alloc_edges(uint32_t sid, uint32_t count);
 /* A live node's handle (lock held). */
 int pg_handle_valid(uint32_t h);
+/* May node h be a child of a node created in segment sid?  0 if so;
+ * PG_E_FULL if h is in a newer segment (the caller must use a newer one);
+ * PG_E_ARG if h is no live node.  Lock held. */
+int pg_check_kid(uint32_t sid, uint32_t h);
 /* Zero every DFS mark, when the epoch counter wraps (lock held). */
 void pg_reset_marks(void);
 

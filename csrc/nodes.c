@@ -47,11 +47,11 @@ static void link_node(uint32_t h, int op, uint32_t a, uint32_t b, double k) {
 static int32_t make(uint32_t sid, int op, int arity, uint32_t a, uint32_t b, double k) {
     if (op < 0 || op >= PG_OP_COUNT || pg_rules[op].arity != arity) return PG_E_ARG;
     pg_lock();
-    int32_t h = PG_E_ARG;
-    if (pg_handle_valid(a) && (arity < 2 || pg_handle_valid(b))) {
-        h = pg_alloc_nodes(sid, 1);
-        if (h >= 0) link_node((uint32_t)h, op, a, b, k);
-    }
+    int32_t h = pg_alloc_nodes(sid, 0);    /* checks sid */
+    if (h >= 0) h = pg_check_kid(sid, a);
+    if (h >= 0 && arity == 2) h = pg_check_kid(sid, b);
+    if (h >= 0) h = pg_alloc_nodes(sid, 1);
+    if (h >= 0) link_node((uint32_t)h, op, a, b, k);
     pg_unlock();
     return h;
 }
@@ -79,8 +79,9 @@ int32_t pg_powk(uint32_t sid, uint32_t a, double k, int k_is_int) {
 int32_t pg_binary_k(uint32_t sid, int op, uint32_t a, double k, int k_first) {
     if (op < 0 || op >= PG_OP_COUNT || pg_rules[op].arity != 2) return PG_E_ARG;
     pg_lock();
-    int32_t h = PG_E_ARG;
-    if (pg_handle_valid(a)) {
+    int32_t h = pg_alloc_nodes(sid, 0);
+    if (h >= 0) h = pg_check_kid(sid, a);
+    if (h >= 0) {
         h = pg_alloc_nodes(sid, 2);
         if (h >= 0) {
             uint32_t c = (uint32_t)h, out = c + 1;
@@ -98,13 +99,9 @@ int32_t pg_binary_k(uint32_t sid, int op, uint32_t a, double k, int k_first) {
 
 int32_t pg_custom(uint32_t sid, double data, const uint32_t *kids, uint32_t n) {
     pg_lock();
-    for (uint32_t i = 0; i < n; i++) {
-        if (!pg_handle_valid(kids[i])) {
-            pg_unlock();
-            return PG_E_ARG;
-        }
-    }
-    int32_t h = pg_alloc_nodes(sid, 1);
+    int32_t h = pg_alloc_nodes(sid, 0);
+    for (uint32_t i = 0; h >= 0 && i < n; i++) h = pg_check_kid(sid, kids[i]);
+    if (h >= 0) h = pg_alloc_nodes(sid, 1);
     if (h < 0) {
         pg_unlock();
         return h;

@@ -33,17 +33,21 @@ _canonical: "weakref.WeakValueDictionary[int, Value]" = weakref.WeakValueDiction
 _op_names: Tuple[str, ...] = ()
 
 
-def _retry(rc: int, make: Callable[..., int], args: tuple) -> Tuple[Segment, int]:
-    """Slow path of node creation: open a new segment, or raise."""
+def _retry(rc: int, tried: Segment, make: Callable[..., int], args: tuple) -> Tuple[Segment, int]:
+    """Slow path of node creation.  PG_E_FULL means the segment is full, or
+    an operand lives in a newer segment (another thread moved on): use the
+    current segment, or open a new one."""
     global _seg
     while rc == _E_FULL:
-        _seg = _lifetime.new_segment()
-        rc = make(_seg.sid, *args)
+        if _seg is tried:
+            _seg = _lifetime.new_segment()
+        tried = _seg
+        rc = make(tried.sid, *args)
     if rc == _E_NOMEM:
         raise MemoryError("pygrad: out of memory for graph nodes")
     if rc < 0:
         raise ValueError("pygrad: invalid operand (a Value whose node no longer exists)")
-    return _seg, rc
+    return tried, rc
 
 
 def _end_segment() -> None:
@@ -79,14 +83,14 @@ def _binary(op: int, reflected: bool, doc: str) -> Callable[["Value", Any], "Val
                 a, b = b, a
             h = binary(seg.sid, op, a, b)
             if h < 0:
-                seg, h = _retry(h, binary, (op, a, b))
+                seg, h = _retry(h, seg, binary, (op, a, b))
         else:
             k = other if type(other) is float else real_or_none(other)
             if k is None:
                 return NotImplemented
             h = binary_k(seg.sid, op, self._h, k, k_first)
             if h < 0:
-                seg, h = _retry(h, binary_k, (op, self._h, k, k_first))
+                seg, h = _retry(h, seg, binary_k, (op, self._h, k, k_first))
         out = _new(Value)
         out._h = h
         out._s = seg
@@ -103,7 +107,7 @@ def _unary(op: int, doc: str) -> Callable[["Value"], "Value"]:
         seg = _seg
         h = unary(seg.sid, op, self._h)
         if h < 0:
-            seg, h = _retry(h, unary, (op, self._h))
+            seg, h = _retry(h, seg, unary, (op, self._h))
         out = _new(Value)
         out._h = h
         out._s = seg
@@ -152,11 +156,11 @@ class Value:
             arr = ffi.new("uint32_t[]", [c._h for c in kids])
             h = lib.pg_custom(seg.sid, x, arr, len(kids))
             if h < 0:
-                seg, h = _retry(h, lib.pg_custom, (x, arr, len(kids)))
+                seg, h = _retry(h, seg, lib.pg_custom, (x, arr, len(kids)))
         else:
             h = lib.pg_leaf(seg.sid, x)
             if h < 0:
-                seg, h = _retry(h, lib.pg_leaf, (x,))
+                seg, h = _retry(h, seg, lib.pg_leaf, (x,))
         self._h = h
         self._s = seg
         if _op or label:
@@ -321,7 +325,7 @@ class Value:
         seg = _seg
         h = lib.pg_powk(seg.sid, self._h, k, is_int)
         if h < 0:
-            seg, h = _retry(h, lib.pg_powk, (self._h, k, is_int))
+            seg, h = _retry(h, seg, lib.pg_powk, (self._h, k, is_int))
         out = _new(Value)
         out._h = h
         out._s = seg

@@ -7,6 +7,7 @@ expression, so the two engines produce identical doubles.  Unlike micrograd,
 children are kept in creation order and the topological sort is iterative,
 so results are reproducible run to run and deep graphs do not recurse.
 """
+import itertools
 from typing import Any, Callable, Iterable, List, Set, Tuple
 
 from . import _ieee
@@ -14,11 +15,14 @@ from ._numbers import real_or_none, to_real
 
 __all__ = ["Value"]
 
+_creation_counter = itertools.count()
+
 
 class Value:
     """A scalar in a computation graph, with its gradient (pure Python)."""
 
-    __slots__ = ("data", "grad", "_backward", "_children", "_op", "label", "__weakref__")
+    __slots__ = ("data", "grad", "_backward", "_children", "_op", "label", "_created",
+                 "__weakref__")
 
     def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
                  label: str = "") -> None:
@@ -31,6 +35,7 @@ class Value:
                 raise TypeError(f"Value _children must be Values, not {type(c).__name__}")
         self._op = _op
         self.label = label
+        self._created = next(_creation_counter)
 
     @property
     def _prev(self) -> Set["Value"]:
@@ -210,22 +215,18 @@ class Value:
     # -- backward ---------------------------------------------------------------
 
     def _topo(self) -> List["Value"]:
-        """Post-order DFS with an explicit stack, children in creation order:
-        the same order as csrc/backward.c."""
-        topo: List[Value] = []
-        visited = {id(self)}
-        stack = [(self, iter(self._children))]
+        """Every node below this one, in creation order.  A node is always
+        created after its children, so this is a topological order; it is
+        the order csrc/backward.c walks (backwards), so both engines add up
+        each gradient in the same order."""
+        seen = {id(self): self}
+        stack = [self]
         while stack:
-            node, kids = stack[-1]
-            for child in kids:
-                if id(child) not in visited:
-                    visited.add(id(child))
-                    stack.append((child, iter(child._children)))
-                    break
-            else:
-                stack.pop()
-                topo.append(node)
-        return topo
+            for child in stack.pop()._children:
+                if id(child) not in seen:
+                    seen[id(child)] = child
+                    stack.append(child)
+        return sorted(seen.values(), key=lambda v: v._created)
 
     def backward(self) -> None:
         """Set this grad to 1 and accumulate (``+=``) every gradient below."""
