@@ -6,7 +6,7 @@ the graph live in C; each operator is one C call.  The forward and gradient
 rules of every op are in csrc/ops.c.
 """
 import weakref
-from typing import Any, Callable, Iterable, Optional, Set, Tuple, Union
+from typing import Any, Callable, Iterable, Set, Tuple, Union
 
 from . import _lifetime
 from ._core import ffi, lib
@@ -117,6 +117,18 @@ def _unary(op: int, doc: str) -> Callable[["Value"], "Value"]:
     return method
 
 
+def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], name: str,
+             doc: str) -> property:
+    """A float field of the C node, readable and writable."""
+    def fget(self: "Value") -> float:
+        return get(self._h)
+
+    def fset(self: "Value", v: Any) -> None:
+        put(self._h, v if type(v) is float else to_real(v, name))
+
+    return property(fget, fset, doc=doc)
+
+
 class _PrevSet(set):
     """micrograd's ``_prev`` set; ``v in s`` also finds another Value of the
     same node (a Python variable made before ``_prev`` was first read)."""
@@ -171,23 +183,9 @@ class Value:
 
     # -- numbers ------------------------------------------------------------
 
-    @property
-    def data(self) -> float:
-        """The forward value."""
-        return lib.pg_data(self._h)
-
-    @data.setter
-    def data(self, v: Any) -> None:
-        lib.pg_set_data(self._h, v if type(v) is float else to_real(v, "Value.data"))
-
-    @property
-    def grad(self) -> float:
-        """d(root)/d(self), accumulated by ``backward()``."""
-        return lib.pg_grad(self._h)
-
-    @grad.setter
-    def grad(self, v: Any) -> None:
-        lib.pg_set_grad(self._h, v if type(v) is float else to_real(v, "Value.grad"))
+    data = _c_field(lib.pg_data, lib.pg_set_data, "Value.data", "The forward value.")
+    grad = _c_field(lib.pg_grad, lib.pg_set_grad, "Value.grad",
+                    "d(root)/d(self), accumulated by ``backward()``.")
 
     # -- graph --------------------------------------------------------------
 

@@ -1,6 +1,5 @@
 """pygrad.Value behaves as micrograd.engine.Value: API, op names, _prev,
 labels, repr, identity, reflected ops, repeated backward, micrograd idioms."""
-import math
 
 import pytest
 
@@ -8,6 +7,8 @@ import pygrad
 import pygrad.engine
 from pygrad import Value
 from pygrad.reference import Value as RefValue
+
+from helpers import micrograd_style_tanh
 
 
 def test_import_paths_name_one_class():
@@ -137,22 +138,10 @@ def test_manual_backward_pushes_into_children_only():
         assert (a.grad, b.grad) == (-3.0, 2.0)
 
 
-def _micrograd_style_tanh(V):
-    def tanh(self):
-        t = math.tanh(self.data)
-        out = V(t, (self,), "mytanh")
-
-        def _backward():
-            self.grad += (1 - t ** 2) * out.grad
-        out._backward = _backward
-        return out
-    return tanh
-
-
 def test_custom_op_written_the_micrograd_way():
     results = []
     for V in (Value, RefValue):
-        tanh = _micrograd_style_tanh(V)
+        tanh = micrograd_style_tanh(V)
         x, w = V(0.7), V(-1.3)
         hidden = tanh(x * w)
         assert hidden._op == "mytanh"

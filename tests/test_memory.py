@@ -1,6 +1,5 @@
 """C nodes are reclaimed once no Python Value can reach them."""
 import gc
-import math
 import random
 import sys
 
@@ -9,6 +8,8 @@ import pytest
 from pygrad import Value
 from pygrad._core import lib
 from pygrad._lifetime import extras
+
+from helpers import micrograd_style_tanh
 
 
 def live() -> int:
@@ -79,14 +80,7 @@ def test_rebuilding_a_10k_graph_1000_times_holds_flat_memory():
     assert rss_1000 - rss_100 < 0.05 * rss_100
 
 
-def _custom_tanh(self):
-    t = math.tanh(self.data)
-    out = Value(t, (self,), "mytanh")
-
-    def _backward():
-        self.grad += (1 - t ** 2) * out.grad
-    out._backward = _backward
-    return out
+_custom_tanh = micrograd_style_tanh(Value)
 
 
 def extras_in_use() -> int:
