@@ -52,11 +52,16 @@ static void forward_NEG(pg_node *n) { n->data = -KID(n, 0)->data; }
 static void backward_NEG(pg_node *n) { KID(n, 0)->grad += -n->grad; }
 
 /* x ** k, k constant.  micrograd's rule k * x**(k-1); for k == 0 the
- * gradient is 0 (as in PyTorch), not 0 * x**-1, which is nan at x == 0. */
-static void forward_POWK(pg_node *n) { n->data = pow(KID(n, 0)->data, n->aux.k); }
+ * gradient is 0 (as in PyTorch), not 0 * x**-1, which is nan at x == 0.
+ * x ** 2 is x * x (the correctly rounded square; pow is within 0.52 ulp),
+ * and x ** 1 is x, exactly what pow returns, without its cost. */
+static void forward_POWK(pg_node *n) {
+    double x = KID(n, 0)->data, k = n->aux.k;
+    n->data = k == 2.0 ? x * x : pow(x, k);
+}
 static void backward_POWK(pg_node *n) {
-    double k = n->aux.k;
-    if (k != 0.0) KID(n, 0)->grad += (k * pow(KID(n, 0)->data, k - 1.0)) * n->grad;
+    double x = KID(n, 0)->data, k = n->aux.k;
+    if (k != 0.0) KID(n, 0)->grad += (k * (k == 2.0 ? x : pow(x, k - 1.0))) * n->grad;
 }
 
 /* x ** y, both nodes.  d/dy = x**y * log(x), taken as 0 where x == 0 and

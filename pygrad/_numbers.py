@@ -15,7 +15,10 @@ def real_or_none(x: Any) -> Optional[float]:
     if t is float:
         return x
     if t is int or t is bool:
-        return _int_to_float(x)
+        try:
+            return float(x)
+        except OverflowError:
+            return _int_to_float(x)
     if isinstance(x, numbers.Real):
         return _int_to_float(x) if isinstance(x, numbers.Integral) else float(x)
     np = sys.modules.get("numpy")

@@ -5,6 +5,7 @@ that keeps the node's segment alive (pygrad/_lifetime.py).  The numbers and
 the graph live in C; each operator is one C call.  The forward and gradient
 rules of every op are in csrc/ops.c.
 """
+import numbers
 import weakref
 from typing import Any, Callable, Iterable, Set, Tuple, Union
 
@@ -319,7 +320,8 @@ class Value:
         k = real_or_none(other)
         if k is None:
             return NotImplemented
-        is_int = 1 if isinstance(other, int) or _is_integer_type(other) else 0
+        t = type(other)
+        is_int = 0 if t is float else 1 if t is int or isinstance(other, numbers.Integral) else 0
         seg = _seg
         h = lib.pg_powk(seg.sid, self._h, k, is_int)
         if h < 0:
@@ -331,8 +333,3 @@ class Value:
 
     def __repr__(self) -> str:
         return f"Value(data={self.data}, grad={self.grad})"
-
-
-def _is_integer_type(x: Any) -> bool:
-    import numbers
-    return isinstance(x, numbers.Integral)

@@ -105,11 +105,13 @@ class Value:
         return out
 
     def _pow_const(self, k: float, name: str) -> "Value":
-        out = Value(_ieee.pow(self.data, k), (self,), "**" + name)
+        x = self.data
+        out = Value(x * x if k == 2.0 else _ieee.pow(x, k), (self,), "**" + name)
 
         def _backward() -> None:
             if k != 0.0:
-                self.grad += (k * _ieee.pow(self.data, k - 1.0)) * out.grad
+                x = self.data
+                self.grad += (k * (x if k == 2.0 else _ieee.pow(x, k - 1.0))) * out.grad
         out._backward = _backward
         return out
 
