@@ -26,7 +26,7 @@ typedef struct pg_node {
     uint32_t extra;        /* index of Python-side extras, 0 when none */
     uint8_t op;
     uint8_t flags;
-    uint16_t unused;
+    uint16_t variant;      /* op-specific: LINEAR's activation and bias bit */
 } pg_node;
 
 #define PG_F_DEAD 128

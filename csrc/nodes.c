@@ -15,7 +15,7 @@ static void init_node(pg_node *n, int op) {
     n->extra = 0;
     n->op = (uint8_t)op;
     n->flags = 0;
-    n->unused = 0;
+    n->variant = 0;
 }
 
 int32_t pg_leaf(uint32_t sid, double data) {
@@ -97,28 +97,45 @@ int32_t pg_binary_k(uint32_t sid, int op, uint32_t a, double k, int k_first) {
     return h;
 }
 
-int32_t pg_custom(uint32_t sid, double data, const uint32_t *kids, uint32_t n) {
-    pg_lock();
+/* An n-ary node of op `op` over kids (lock taken here); forward not run. */
+static int32_t make_nary(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_t n) {
     int32_t h = pg_alloc_nodes(sid, 0);
     for (uint32_t i = 0; h >= 0 && i < n; i++) h = pg_check_kid(sid, kids[i]);
     if (h >= 0) h = pg_alloc_nodes(sid, 1);
-    if (h < 0) {
-        pg_unlock();
-        return h;
-    }
+    if (h < 0) return h;
     pg_node *node = pg_N((uint32_t)h);
     init_node(node, PG_OP_LEAF);        /* freed as garbage if we stop here */
     uint32_t *edges = n > 0 ? pg_alloc_edges(sid, n) : NULL;
-    if (n > 0 && edges == NULL) {
-        pg_unlock();
-        return PG_E_NOMEM;
-    }
-    node->op = PG_OP_CUSTOM;
-    node->data = data;
+    if (n > 0 && edges == NULL) return PG_E_NOMEM;
+    node->op = (uint8_t)op;
+    node->variant = (uint16_t)variant;
     node->kid[0] = n;
     node->aux.kids = edges;
     if (n > 0) memcpy(edges, kids, (size_t)n * sizeof(uint32_t));
     for (uint32_t i = 0; i < n; i++) pg_N(kids[i])->refs++;
+    return h;
+}
+
+int32_t pg_custom(uint32_t sid, double data, const uint32_t *kids, uint32_t n) {
+    pg_lock();
+    int32_t h = make_nary(sid, PG_OP_CUSTOM, 0, kids, n);
+    if (h >= 0) pg_N((uint32_t)h)->data = data;
+    pg_unlock();
+    return h;
+}
+
+int32_t pg_nary(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_t n) {
+    if (op < 0 || op >= PG_OP_COUNT || pg_rules[op].arity != -1 || op == PG_OP_CUSTOM)
+        return PG_E_ARG;
+    if (op == PG_OP_LINEAR) {
+        uint32_t bias = (variant & PG_LINEAR_BIAS) ? 1 : 0;
+        if ((variant & ~7) || n == 0 || n < bias || (n - bias) % 2 != 0) return PG_E_ARG;
+    } else if (n == 0 || variant != 0) {
+        return PG_E_ARG;
+    }
+    pg_lock();
+    int32_t h = make_nary(sid, op, variant, kids, n);
+    if (h >= 0) pg_rules[op].forward(pg_N((uint32_t)h));
     pg_unlock();
     return h;
 }

@@ -81,33 +81,129 @@ static void backward_EXP(pg_node *n) { KID(n, 0)->grad += n->data * n->grad; }
 static void forward_LOG(pg_node *n) { n->data = log(KID(n, 0)->data); }
 static void backward_LOG(pg_node *n) { KID(n, 0)->grad += n->grad / KID(n, 0)->data; }
 
-static void forward_TANH(pg_node *n) { n->data = tanh(KID(n, 0)->data); }
-static void backward_TANH(pg_node *n) {
-    double t = n->data;
-    KID(n, 0)->grad += (1.0 - t * t) * n->grad;
+/* Activations as functions of a double, shared by the unary ops and
+ * LINEAR; each local gradient is written in terms of the output. */
+static double relu_of(double x) { return x < 0.0 ? 0.0 : x; }
+static double relu_slope(double out) { return (double)(out > 0.0); }
+static double tanh_slope(double t) { return 1.0 - t * t; }
+/* Never exp of a large positive number, so no overflow to inf / inf. */
+static double sigmoid_of(double x) {
+    if (x >= 0.0) return 1.0 / (1.0 + exp(-x));
+    double e = exp(x);
+    return e / (1.0 + e);
 }
+static double sigmoid_slope(double s) { return s * (1.0 - s); }
+
+static void forward_TANH(pg_node *n) { n->data = tanh(KID(n, 0)->data); }
+static void backward_TANH(pg_node *n) { KID(n, 0)->grad += tanh_slope(n->data) * n->grad; }
 
 /* micrograd: 0 if x < 0 else x (so relu(-0.0) is -0.0 and relu(nan) nan);
  * gradient (out > 0) * g. */
-static void forward_RELU(pg_node *n) {
-    double x = KID(n, 0)->data;
-    n->data = x < 0.0 ? 0.0 : x;
-}
-static void backward_RELU(pg_node *n) { KID(n, 0)->grad += (double)(n->data > 0.0) * n->grad; }
+static void forward_RELU(pg_node *n) { n->data = relu_of(KID(n, 0)->data); }
+static void backward_RELU(pg_node *n) { KID(n, 0)->grad += relu_slope(n->data) * n->grad; }
 
-/* Never exp of a large positive number, so no overflow to inf / inf. */
-static void forward_SIGMOID(pg_node *n) {
-    double x = KID(n, 0)->data;
-    if (x >= 0.0) {
-        n->data = 1.0 / (1.0 + exp(-x));
+static void forward_SIGMOID(pg_node *n) { n->data = sigmoid_of(KID(n, 0)->data); }
+static void backward_SIGMOID(pg_node *n) { KID(n, 0)->grad += sigmoid_slope(n->data) * n->grad; }
+
+/*
+ * The fused ops.  Each computes exactly what the same expression written
+ * with the plain ops computes (same operations, same order), and adds to
+ * the children's grads in the order the plain graph's nodes would, so a
+ * fused model and an unfused one agree bit for bit after one backward().
+ * (A fused node is one node: a second backward() without zeroing adds
+ * through it as through any node, not through the plain graph's hidden
+ * intermediates.)
+ */
+
+/* act(b + w0*x0 + w1*x1 + ...): micrograd's neuron, sum((wi*xi ...), b).
+ * Children: [b,] w0, x0, w1, x1, ... */
+static void forward_LINEAR(pg_node *n) {
+    const uint32_t *k = n->aux.kids;
+    uint32_t nk = n->kid[0], i = 0;
+    double acc;
+    if (n->variant & PG_LINEAR_BIAS) {
+        acc = pg_N(k[0])->data;
+        i = 1;
     } else {
-        double e = exp(x);
-        n->data = e / (1.0 + e);
+        acc = pg_N(k[0])->data * pg_N(k[1])->data;
+        i = 2;
     }
+    for (; i < nk; i += 2) acc = acc + pg_N(k[i])->data * pg_N(k[i + 1])->data;
+    switch (n->variant & 3) {
+    case PG_ACT_RELU: acc = relu_of(acc); break;
+    case PG_ACT_TANH: acc = tanh(acc); break;
+    case PG_ACT_SIGMOID: acc = sigmoid_of(acc); break;
+    }
+    n->data = acc;
 }
-static void backward_SIGMOID(pg_node *n) {
-    double s = n->data;
-    KID(n, 0)->grad += (s * (1.0 - s)) * n->grad;
+/* The plain graph runs its mul nodes last term first, and b's add node just
+ * before the first term's mul. */
+static void backward_LINEAR(pg_node *n) {
+    const uint32_t *k = n->aux.kids;
+    uint32_t nk = n->kid[0];
+    double g = n->grad;
+    switch (n->variant & 3) {
+    case PG_ACT_RELU: g = relu_slope(n->data) * g; break;
+    case PG_ACT_TANH: g = tanh_slope(n->data) * g; break;
+    case PG_ACT_SIGMOID: g = sigmoid_slope(n->data) * g; break;
+    }
+    uint32_t first = (n->variant & PG_LINEAR_BIAS) ? 1 : 0;
+    for (uint32_t i = nk; i > first; i -= 2) {
+        pg_node *w = pg_N(k[i - 2]), *x = pg_N(k[i - 1]);
+        if (first && i - 2 == first) pg_N(k[0])->grad += g;
+        w->grad += x->data * g;
+        x->grad += w->data * g;
+    }
+    if (first && nk == 1) pg_N(k[0])->grad += g;
+}
+
+/* v0 + v1 + ... + vn-1, left to right. */
+static void forward_SUM(pg_node *n) {
+    const uint32_t *k = n->aux.kids;
+    double acc = pg_N(k[0])->data;
+    for (uint32_t i = 1; i < n->kid[0]; i++) acc = acc + pg_N(k[i])->data;
+    n->data = acc;
+}
+/* The plain graph's last add runs first: v(n-1), ..., v2, then v0, v1. */
+static void backward_SUM(pg_node *n) {
+    const uint32_t *k = n->aux.kids;
+    uint32_t nk = n->kid[0];
+    double g = n->grad;
+    for (uint32_t i = nk - 1; i >= 2; i--) pg_N(k[i])->grad += g;
+    pg_N(k[0])->grad += g;
+    if (nk > 1) pg_N(k[1])->grad += g;
+}
+
+/* log(sum(exp(x - m))) + m with m the largest x (0 if it is infinite, as in
+ * PyTorch), so no exp overflows.  m is a constant: its gradient cancels. */
+static double lse_shift(const pg_node *n) {
+    const uint32_t *k = n->aux.kids;
+    double m = pg_N(k[0])->data;
+    for (uint32_t i = 1; i < n->kid[0]; i++) {
+        double x = pg_N(k[i])->data;
+        if (x > m) m = x;
+    }
+    return isinf(m) ? 0.0 : m;
+}
+static double lse_total(const pg_node *n, double m) {
+    const uint32_t *k = n->aux.kids;
+    double s = exp(pg_N(k[0])->data - m);
+    for (uint32_t i = 1; i < n->kid[0]; i++) s = s + exp(pg_N(k[i])->data - m);
+    return s;
+}
+static void forward_LOGSUMEXP(pg_node *n) {
+    double m = lse_shift(n);
+    n->data = log(lse_total(n, m)) + m;
+}
+/* Plain graph: x_i.grad += exp(x_i - m) * (g / s), last term first. */
+static void backward_LOGSUMEXP(pg_node *n) {
+    const uint32_t *k = n->aux.kids;
+    double m = lse_shift(n);
+    double q = n->grad / lse_total(n, m);
+    for (uint32_t i = n->kid[0]; i-- > 0;) {
+        pg_node *x = pg_N(k[i]);
+        x->grad += exp(x->data - m) * q;
+    }
 }
 
 /* Leaves have no rule.  A Python-made node (Value(x, children, op)) has its

@@ -33,6 +33,13 @@ enum pg_op {
 #define PG_E_NOMEM -2
 #define PG_E_ARG -3
 
+/* LINEAR's variant: activation (low bits) | PG_LINEAR_BIAS. */
+#define PG_ACT_NONE 0
+#define PG_ACT_RELU 1
+#define PG_ACT_TANH 2
+#define PG_ACT_SIGMOID 3
+#define PG_LINEAR_BIAS 4
+
 /* Node flags visible to Python. */
 #define PG_F_INT_EXPONENT 1
 #define PG_F_PY_BACKWARD 2
@@ -52,6 +59,8 @@ int32_t pg_binary(uint32_t sid, int op, uint32_t a, uint32_t b);
 int32_t pg_binary_k(uint32_t sid, int op, uint32_t a, double k, int k_first);
 int32_t pg_powk(uint32_t sid, uint32_t a, double k, int k_is_int);
 int32_t pg_custom(uint32_t sid, double data, const uint32_t *kids, uint32_t n);
+/* An n-ary node (LINEAR, SUM, LOGSUMEXP) over kids[0..n). */
+int32_t pg_nary(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_t n);
 int32_t pg_add(uint32_t sid, uint32_t a, uint32_t b);
 int32_t pg_mul(uint32_t sid, uint32_t a, uint32_t b);
 

@@ -68,6 +68,18 @@ def _current_segment() -> Segment:
     return _seg
 
 
+def _make_nary(op: int, variant: int, handles: Any, n: int) -> "Value":
+    """A fused n-ary node over the given C array of handles."""
+    seg = _seg or _current_segment()
+    h = lib.pg_nary(seg.sid, op, variant, handles, n)
+    if h < 0:
+        seg, h = _retry(h, seg, lib.pg_nary, (op, variant, handles, n))
+    out = _new(Value)
+    out._h = h
+    out._s = seg
+    return out
+
+
 def _binary(op: int, reflected: bool, doc: str) -> Callable[["Value", Any], "Value"]:
     """An arithmetic dunder: Value (op) Value, Value (op) number, number (op) Value.
 

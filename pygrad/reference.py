@@ -8,6 +8,7 @@ children are kept in creation order and the topological sort is iterative,
 so results are reproducible run to run and deep graphs do not recurse.
 """
 import itertools
+import math
 from typing import Any, Callable, Iterable, List, Set, Tuple
 
 from . import _ieee
@@ -239,3 +240,50 @@ class Value:
 
     def __repr__(self) -> str:
         return f"Value(data={self.data}, grad={self.grad})"
+
+
+# -- the fused ops of pygrad.functional, written with the plain ops ------------
+
+def _as_value(v: Any) -> Value:
+    return v if isinstance(v, Value) else Value(v)
+
+
+def dot(w: Iterable[Any], x: Iterable[Any], b: Any = None, act: Any = None) -> Value:
+    """``act(b + w[0]*x[0] + ...)`` from plain ops (micrograd's neuron)."""
+    w, x = list(w), list(x)
+    if len(w) != len(x):
+        raise ValueError(f"dot needs as many weights as inputs: {len(w)} != {len(x)}")
+    terms = (_as_value(wi) * _as_value(xi) for wi, xi in zip(w, x))
+    if b is None:
+        out = next(terms)
+    else:
+        out = _as_value(b)
+    for t in terms:
+        out = out + t
+    if act in ("relu", "tanh", "sigmoid"):
+        return getattr(out, act)()
+    if act not in (None, "linear"):
+        raise ValueError(f"act must be one of None, 'relu', 'tanh', 'sigmoid'; not {act!r}")
+    return out
+
+
+def sum(values: Iterable[Any], start: Any = None) -> Value:  # noqa: A001
+    """``v0 + v1 + ...`` (after ``start`` if given), left to right."""
+    vs = [] if start is None else [_as_value(start)]
+    vs.extend(_as_value(v) for v in values)
+    out = vs[0]
+    for v in vs[1:]:
+        out = out + v
+    return out
+
+
+def logsumexp(values: Iterable[Any]) -> Value:
+    """``log(sum(exp(v - m))) + m``, m the largest v (0 if infinite)."""
+    vs = [_as_value(v) for v in values]
+    m = vs[0].data
+    for v in vs[1:]:
+        if v.data > m:
+            m = v.data
+    if math.isinf(m):
+        m = 0.0
+    return sum([(v - m).exp() for v in vs]).log() + m

@@ -1,0 +1,74 @@
+"""Fused n-ary ops on C-backed Values: one C call and one node each.
+
+Each gives exactly the value and gradients of the same expression written
+with plain ops (pygrad.reference has those plain versions under the same
+names), so fused models and op-by-op models agree bit for bit.
+"""
+from typing import Optional, Sequence
+
+from . import engine
+from ._core import ffi, lib
+from ._numbers import real_or_none
+from .engine import Value
+
+__all__ = ["dot", "sum", "logsumexp", "ACTIVATIONS"]
+
+ACTIVATIONS = {None: lib.PG_ACT_NONE, "linear": lib.PG_ACT_NONE, "relu": lib.PG_ACT_RELU,
+               "tanh": lib.PG_ACT_TANH, "sigmoid": lib.PG_ACT_SIGMOID}
+
+
+def _as_value(v: object, what: str) -> Value:
+    if isinstance(v, Value):
+        return v
+    k = real_or_none(v)
+    if k is None:
+        raise TypeError(f"{what} must be Values or numbers, not {type(v).__name__}")
+    return Value(k)
+
+
+def _node(op: int, variant: int, values: "list[Value]") -> Value:
+    handles = ffi.new("uint32_t[]", [v._h for v in values])
+    return engine._make_nary(op, variant, handles, len(values))
+
+
+def dot(w: Sequence[Value], x: Sequence[object], b: Optional[object] = None,
+        act: Optional[str] = None) -> Value:
+    """``act(b + w[0]*x[0] + w[1]*x[1] + ...)`` as one node: micrograd's
+    neuron, ``sum((wi*xi for wi, xi in zip(w, x)), b)``, summed in that
+    order.  ``act`` is None, 'relu', 'tanh' or 'sigmoid'; without ``b`` the
+    sum starts at ``w[0]*x[0]``."""
+    if act not in ACTIVATIONS:
+        raise ValueError(f"act must be one of None, 'relu', 'tanh', 'sigmoid'; not {act!r}")
+    w, x = list(w), list(x)
+    if len(w) != len(x):
+        raise ValueError(f"dot needs as many weights as inputs: {len(w)} != {len(x)}")
+    if not w and b is None:
+        raise ValueError("dot of nothing: give at least one term or a bias")
+    values = [] if b is None else [_as_value(b, "dot's bias")]
+    for wi, xi in zip(w, x):
+        values.append(_as_value(wi, "dot's weights"))
+        values.append(_as_value(xi, "dot's inputs"))
+    variant = ACTIVATIONS[act] | (0 if b is None else lib.PG_LINEAR_BIAS)
+    return _node(lib.PG_OP_LINEAR, variant, values)
+
+
+def sum(values: Sequence[object], start: Optional[object] = None) -> Value:  # noqa: A001
+    """``v0 + v1 + ...`` (after ``start`` if given) as one node, left to
+    right like Python's ``sum``."""
+    vs = [] if start is None else [_as_value(start, "sum's start")]
+    vs.extend(_as_value(v, "sum's values") for v in values)
+    if not vs:
+        raise ValueError("sum of nothing: give at least one value")
+    return _node(lib.PG_OP_SUM, 0, vs)
+
+
+def logsumexp(values: Sequence[object]) -> Value:
+    """``log(sum(exp(v)))`` as one node, computed as
+    ``log(sum(exp(v - m))) + m`` with m the largest v, so it never
+    overflows."""
+    vs = [_as_value(v, "logsumexp's values") for v in values]
+    if not vs:
+        raise ValueError("logsumexp of nothing: give at least one value")
+    return _node(lib.PG_OP_LOGSUMEXP, 0, vs)
+
+
