@@ -84,6 +84,11 @@ static inline uint32_t pg_children(const pg_node *n, const uint32_t **kids) {
     return n->kid[0];
 }
 
+/* FUNCTION nodes keep their partials after the child list, 8-byte aligned. */
+static inline double *pg_function_partials(uint32_t *kids, uint32_t n) {
+    return (double *)(kids + n + (n & 1));
+}
+
 /* memory.c: the lock and node allocation, for ops.c and backward.c */
 void pg_lock(void);
 void pg_unlock(void);

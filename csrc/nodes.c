@@ -116,6 +116,85 @@ static int32_t make_nary(uint32_t sid, int op, int variant, const uint32_t *kids
     return h;
 }
 
+int32_t pg_linear_layer(uint32_t sid, int act, const uint32_t *params, const uint32_t *x,
+                        uint32_t nin, uint32_t nout, uint32_t *out) {
+    if (act < 0 || act > 3 || nout == 0 || nout > PG_SEG_NODES) return PG_E_ARG;
+    uint32_t nk = 2 * nin + 1;
+    pg_lock();
+    int32_t h = pg_alloc_nodes(sid, 0);
+    for (uint32_t i = 0; h >= 0 && i < nin; i++) h = pg_check_kid(sid, x[i]);
+    for (uint32_t i = 0; h >= 0 && i < nout * (nin + 1); i++) h = pg_check_kid(sid, params[i]);
+    uint32_t *edges = NULL;
+    if (h >= 0) {
+        /* Reserve first so that an error leaves nothing half made. */
+        pg_seg *seg = pg_segtab[sid];
+        if (seg->used + nout > PG_SEG_NODES) h = PG_E_FULL;
+        else if ((edges = pg_alloc_edges(sid, nout * nk)) == NULL) h = PG_E_NOMEM;
+    }
+    if (h >= 0) h = pg_alloc_nodes(sid, nout);
+    for (uint32_t j = 0; h >= 0 && j < nout; j++) {
+        uint32_t hj = (uint32_t)h + j;
+        const uint32_t *p = params + (size_t)j * (nin + 1);
+        uint32_t *e = edges + (size_t)j * nk;
+        e[0] = p[0];
+        for (uint32_t i = 0; i < nin; i++) {
+            e[1 + 2 * i] = p[1 + i];
+            e[2 + 2 * i] = x[i];
+        }
+        pg_node *node = pg_N(hj);
+        init_node(node, PG_OP_LINEAR);
+        node->variant = (uint16_t)(act | PG_LINEAR_BIAS);
+        node->kid[0] = nk;
+        node->aux.kids = e;
+        for (uint32_t i = 0; i < nk; i++) pg_N(e[i])->refs++;
+        pg_rules[PG_OP_LINEAR].forward(node);
+        out[j] = hj;
+    }
+    pg_unlock();
+    return h < 0 ? h : 0;
+}
+
+int32_t pg_function(uint32_t sid, double data, const uint32_t *kids, const double *partials,
+                    uint32_t n) {
+    pg_lock();
+    /* kids, then the partials as doubles, 8-byte aligned, in one edge run */
+    int32_t h = pg_alloc_nodes(sid, 0);
+    for (uint32_t i = 0; h >= 0 && i < n; i++) h = pg_check_kid(sid, kids[i]);
+    uint32_t *edges = NULL;
+    if (h >= 0 && (edges = pg_alloc_edges(sid, 3 * n + 2)) == NULL) h = PG_E_NOMEM;
+    if (h >= 0) h = pg_alloc_nodes(sid, 1);
+    if (h >= 0) {
+        if (((uintptr_t)edges & 7) != 0) edges++;       /* align the doubles below */
+        double *d = pg_function_partials(edges, n);
+        memcpy(d, partials, (size_t)n * sizeof(double));
+        memcpy(edges, kids, (size_t)n * sizeof(uint32_t));
+        pg_node *node = pg_N((uint32_t)h);
+        init_node(node, PG_OP_FUNCTION);
+        node->data = data;
+        node->kid[0] = n;
+        node->aux.kids = edges;
+        for (uint32_t i = 0; i < n; i++) pg_N(kids[i])->refs++;
+    }
+    pg_unlock();
+    return h;
+}
+
+void pg_gather_data(const uint32_t *h, uint32_t n, double *out) {
+    for (uint32_t i = 0; i < n; i++) out[i] = pg_N(h[i])->data;
+}
+void pg_gather_grad(const uint32_t *h, uint32_t n, double *out) {
+    for (uint32_t i = 0; i < n; i++) out[i] = pg_N(h[i])->grad;
+}
+void pg_scatter_data(const uint32_t *h, uint32_t n, const double *in) {
+    for (uint32_t i = 0; i < n; i++) pg_N(h[i])->data = in[i];
+}
+void pg_scatter_grad(const uint32_t *h, uint32_t n, const double *in) {
+    for (uint32_t i = 0; i < n; i++) pg_N(h[i])->grad = in[i];
+}
+void pg_fill_grad(const uint32_t *h, uint32_t n, double v) {
+    for (uint32_t i = 0; i < n; i++) pg_N(h[i])->grad = v;
+}
+
 int32_t pg_custom(uint32_t sid, double data, const uint32_t *kids, uint32_t n) {
     pg_lock();
     int32_t h = make_nary(sid, PG_OP_CUSTOM, 0, kids, n);

@@ -206,6 +206,14 @@ static void backward_LOGSUMEXP(pg_node *n) {
     }
 }
 
+/* pygrad.Function: the user's partials, captured at forward time (a scalar
+ * op's gradient is linear in the incoming grad), child order. */
+static void forward_FUNCTION(pg_node *n) { (void)n; }
+static void backward_FUNCTION(pg_node *n) {
+    const double *d = pg_function_partials(n->aux.kids, n->kid[0]);
+    for (uint32_t i = 0; i < n->kid[0]; i++) pg_N(n->aux.kids[i])->grad += d[i] * n->grad;
+}
+
 /* Leaves have no rule.  A Python-made node (Value(x, children, op)) has its
  * data given, and its backward, if any, runs in Python. */
 #define forward_LEAF forward_NONE

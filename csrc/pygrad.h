@@ -61,6 +61,29 @@ int32_t pg_powk(uint32_t sid, uint32_t a, double k, int k_is_int);
 int32_t pg_custom(uint32_t sid, double data, const uint32_t *kids, uint32_t n);
 /* An n-ary node (LINEAR, SUM, LOGSUMEXP) over kids[0..n). */
 int32_t pg_nary(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_t n);
+/* A layer of nout LINEAR nodes sharing inputs x[0..nin): neuron j's
+ * parameters are params[j*(nin+1) ..] = b, w0, ..., w(nin-1).  Writes the
+ * new handles to out; returns 0 or a PG_E_* (nothing made on error). */
+int32_t pg_linear_layer(uint32_t sid, int act, const uint32_t *params, const uint32_t *x,
+                        uint32_t nin, uint32_t nout, uint32_t *out);
+/* A user-defined op (pygrad.Function): value `data`, and the partial
+ * derivative of it by each child, captured at forward time. */
+int32_t pg_function(uint32_t sid, double data, const uint32_t *kids, const double *partials,
+                    uint32_t n);
+
+/* Bulk access, one call for many nodes (parameters). */
+void pg_gather_data(const uint32_t *h, uint32_t n, double *out);
+void pg_gather_grad(const uint32_t *h, uint32_t n, double *out);
+void pg_scatter_data(const uint32_t *h, uint32_t n, const double *in);
+void pg_scatter_grad(const uint32_t *h, uint32_t n, const double *in);
+void pg_fill_grad(const uint32_t *h, uint32_t n, double v);
+
+/* Optimizer steps over n parameters (pygrad.optim documents the maths). */
+void pg_sgd_step(const uint32_t *h, uint32_t n, double lr, double momentum,
+                 double weight_decay, double *velocity);
+void pg_adam_step(const uint32_t *h, uint32_t n, double lr, double beta1, double beta2,
+                  double eps, double weight_decay, double bias1, double bias2,
+                  double *m, double *v);
 int32_t pg_add(uint32_t sid, uint32_t a, uint32_t b);
 int32_t pg_mul(uint32_t sid, uint32_t a, uint32_t b);
 

@@ -80,6 +80,22 @@ def _make_nary(op: int, variant: int, handles: Any, n: int) -> "Value":
     return out
 
 
+def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int) -> "list[Value]":
+    """nout fused LINEAR nodes over shared inputs (pygrad.nn.Layer)."""
+    out = ffi.new("uint32_t[]", nout)
+    seg = _seg or _current_segment()
+    rc = lib.pg_linear_layer(seg.sid, act, params, x, nin, nout, out)
+    if rc < 0:
+        seg, rc = _retry(rc, seg, lib.pg_linear_layer, (act, params, x, nin, nout, out))
+    values = []
+    for h in out:
+        v = _new(Value)
+        v._h = h
+        v._s = seg
+        values.append(v)
+    return values
+
+
 def _binary(op: int, reflected: bool, doc: str) -> Callable[["Value", Any], "Value"]:
     """An arithmetic dunder: Value (op) Value, Value (op) number, number (op) Value.
 
