@@ -1,8 +1,14 @@
 """pygrad: a scalar reverse-mode autograd engine with a C core.
 
-``from pygrad import Value`` replaces ``from micrograd.engine import Value``.
+``from pygrad import Value`` replaces ``from micrograd.engine import Value``;
+``pygrad.nn`` replaces ``micrograd.nn``.  Submodules: ``nn``, ``optim``,
+``losses``, ``data``, ``viz``, ``reference`` (the pure-Python engine).
 """
 from ._version import __version__
 from .engine import Value
+from .function import Context, Function
+from .functional import dot, logsumexp, sum
+from .gradcheck import GradcheckResult, gradcheck
 
-__all__ = ["Value", "__version__"]
+__all__ = ["Value", "dot", "sum", "logsumexp", "Function", "Context", "gradcheck",
+           "GradcheckResult", "__version__"]

@@ -96,6 +96,19 @@ def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int) -> "list[Val
     return values
 
 
+def _make_function(data: float, kids: Any, partials: Any, n: int, name: str) -> "Value":
+    """A pygrad.Function node with its captured partials."""
+    seg = _seg or _current_segment()
+    h = lib.pg_function(seg.sid, data, kids, partials, n)
+    if h < 0:
+        seg, h = _retry(h, seg, lib.pg_function, (data, kids, partials, n))
+    out = _new(Value)
+    out._h = h
+    out._s = seg
+    extras.get_or_create(h).op = name
+    return out
+
+
 def _binary(op: int, reflected: bool, doc: str) -> Callable[["Value", Any], "Value"]:
     """An arithmetic dunder: Value (op) Value, Value (op) number, number (op) Value.
 
@@ -226,7 +239,7 @@ class Value:
         if op == lib.PG_OP_POWK:
             k = lib.pg_exponent(h)
             return f"**{int(k)}" if lib.pg_flags(h) & lib.PG_F_INT_EXPONENT else f"**{k!r}"
-        if op == lib.PG_OP_CUSTOM:
+        if op == lib.PG_OP_CUSTOM or op == lib.PG_OP_FUNCTION:
             extra = extras.get(h)
             return extra.op if extra is not None else ""
         if not _op_names:

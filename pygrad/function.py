@@ -1,0 +1,85 @@
+"""User-defined differentiable ops, shaped like ``torch.autograd.Function``.
+
+    class Cube(pygrad.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x ** 3
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_values
+            return (3 * x * x * grad,)
+
+    y = Cube.apply(v)
+
+``forward`` gets floats and returns a float; ``backward`` returns one grad
+per input.  A scalar op's gradient is linear in the incoming grad, so
+``apply`` calls ``backward(ctx, 1.0)`` once, at forward time, and the C
+backward then adds ``partial * grad`` for each input without calling back
+into Python.  (A backward that is not linear in ``grad`` is not supported.)
+On reference Values, ``apply`` builds the same node with a Python backward.
+"""
+from typing import Any, Tuple
+
+from . import engine
+from ._core import ffi
+from ._numbers import real_or_none, to_real
+
+__all__ = ["Function", "Context"]
+
+
+class Context:
+    """What forward leaves for backward."""
+
+    def __init__(self) -> None:
+        self.saved_values: Tuple[float, ...] = ()
+
+    def save_for_backward(self, *values: float) -> None:
+        self.saved_values = values
+
+
+class Function:
+    """Subclass with ``forward(ctx, *inputs)`` and ``backward(ctx, grad)``."""
+
+    @staticmethod
+    def forward(ctx: Context, *inputs: float) -> float:
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx: Context, grad: float) -> Tuple[float, ...]:
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *inputs: Any) -> Any:
+        """Run the op on Values (numbers become constant leaves)."""
+        if not inputs:
+            raise ValueError(f"{cls.__name__}.apply needs at least one input")
+        from . import reference
+        V = reference.Value if any(isinstance(v, reference.Value) for v in inputs) else engine.Value
+        values = []
+        for v in inputs:
+            if not isinstance(v, V):
+                if real_or_none(v) is None:
+                    raise TypeError(f"{cls.__name__}.apply inputs must be Values or numbers, "
+                                    f"not {type(v).__name__}")
+                v = V(v)
+            values.append(v)
+        ctx = Context()
+        data = to_real(cls.forward(ctx, *[v.data for v in values]), f"{cls.__name__}.forward's result")
+        partials = cls.backward(ctx, 1.0)
+        if not isinstance(partials, (tuple, list)) or len(partials) != len(values):
+            raise ValueError(f"{cls.__name__}.backward must return {len(values)} grads "
+                             f"(one per input), got {partials!r}")
+        partials = [to_real(p, f"{cls.__name__}.backward's grads") for p in partials]
+        if V is engine.Value:
+            kids = ffi.new("uint32_t[]", [v._h for v in values])
+            return engine._make_function(data, kids, ffi.new("double[]", partials), len(values),
+                                         cls.__name__)
+        out = V(data, tuple(values), cls.__name__)
+
+        def _backward() -> None:
+            for v, p in zip(values, partials):
+                v.grad += p * out.grad
+        out._backward = _backward
+        return out

@@ -1,0 +1,82 @@
+"""Loss functions over Values; they work on both engines (the fused ops
+come from the engine the Values belong to).
+
+- ``mse(preds, targets)``: mean of (p - t)**2.
+- ``svm_hinge(scores, labels, params=None, alpha=1e-4)``: micrograd's demo
+  loss, mean of relu(1 - y*score) with y in {-1, +1}, plus alpha * sum(p*p).
+- ``bce_with_logits(logits, targets)``: binary cross-entropy of sigmoid(z),
+  computed stably from the logit z, targets in [0, 1].
+- ``softmax_cross_entropy(logits, target)``: for one sample, k logits and a
+  class index: logsumexp(logits) - logits[target]; for a batch, a list of
+  logit lists and a list of indices, the mean.
+"""
+from typing import Any, Iterable, List, Optional, Sequence
+
+from . import engine, functional, reference
+from ._numbers import to_real
+
+__all__ = ["mse", "svm_hinge", "bce_with_logits", "softmax_cross_entropy"]
+
+
+def _ops(v: Any) -> Any:
+    return functional if isinstance(v, engine.Value) else reference
+
+
+def _mean(terms: List[Any]) -> Any:
+    if not terms:
+        raise ValueError("loss of an empty batch")
+    return _ops(terms[0]).sum(terms) * (1.0 / len(terms))
+
+
+def _pairs(a: Sequence[Any], b: Sequence[Any], what: str) -> List[Any]:
+    a, b = list(a), list(b)
+    if len(a) != len(b):
+        raise ValueError(f"{what}: {len(a)} predictions but {len(b)} targets")
+    return list(zip(a, b))
+
+
+def mse(preds: Sequence[Any], targets: Sequence[Any]) -> Any:
+    """Mean squared error."""
+    return _mean([(p - to_real(t, "target")) ** 2 for p, t in _pairs(preds, targets, "mse")])
+
+
+def svm_hinge(scores: Sequence[Any], labels: Sequence[Any], params: Optional[Iterable[Any]] = None,
+              alpha: float = 1e-4) -> Any:
+    """micrograd's max-margin loss; labels are -1 or +1."""
+    pairs = _pairs(scores, labels, "svm_hinge")
+    for _, y in pairs:
+        if to_real(y, "label") not in (-1.0, 1.0):
+            raise ValueError(f"svm_hinge labels must be -1 or +1, not {y!r}")
+    loss = _mean([(1 + -to_real(y, "label") * s).relu() for s, y in pairs])
+    if params is not None:
+        ps = list(params)
+        if ps:
+            loss = loss + alpha * _ops(ps[0]).sum([p * p for p in ps])
+    return loss
+
+
+def bce_with_logits(logits: Sequence[Any], targets: Sequence[Any]) -> Any:
+    """Binary cross-entropy on logits z: z - z*t + log(1 + exp(-z)) for
+    z >= 0, and -z*t + log(1 + exp(z)) otherwise (no overflow)."""
+    terms = []
+    for z, t in _pairs(logits, targets, "bce_with_logits"):
+        t = to_real(t, "target")
+        if not 0.0 <= t <= 1.0:
+            raise ValueError(f"bce_with_logits targets must be in [0, 1], not {t!r}")
+        if z.data >= 0:
+            terms.append(z - z * t + (1 + (-z).exp()).log())
+        else:
+            terms.append(-z * t + (1 + z.exp()).log())
+    return _mean(terms)
+
+
+def softmax_cross_entropy(logits: Sequence[Any], target: Any) -> Any:
+    """Cross-entropy of softmax(logits) against a class index (or the mean
+    over a batch of them)."""
+    logits = list(logits)
+    if logits and isinstance(logits[0], (list, tuple)):
+        return _mean([softmax_cross_entropy(z, t)
+                      for z, t in _pairs(logits, target, "softmax_cross_entropy")])
+    if not isinstance(target, int) or not 0 <= target < len(logits):
+        raise ValueError(f"target must be a class index in [0, {len(logits)}), not {target!r}")
+    return _ops(logits[0]).logsumexp(logits) - logits[target]

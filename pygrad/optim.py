@@ -1,0 +1,126 @@
+"""Optimizers: each ``step()`` and ``zero_grad()`` is one C call over every
+parameter (C Values), or the same update in Python (reference Values).
+
+SGD:  g = grad + weight_decay * data;  with momentum  v = momentum * v + g,
+      step with v;  data = data - lr * step.
+Adam: g as above;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;
+      data = data - lr * (m / (1-b1**t)) / (sqrt(v / (1-b2**t)) + eps).
+
+``lr`` is a number or a schedule: a callable of the step number (0 for the
+first ``step()``) returning the learning rate.
+"""
+import math
+from typing import Any, Callable, Iterable, List, Tuple, Union
+
+import numpy as np
+
+from . import engine
+from ._core import ffi, lib
+from ._numbers import to_real
+
+__all__ = ["Optimizer", "SGD", "Adam"]
+
+LearningRate = Union[float, Callable[[int], float]]
+
+
+class Optimizer:
+    """Holds the parameters, their C handles and per-parameter state."""
+
+    def __init__(self, params: Iterable[Any], lr: LearningRate) -> None:
+        self.params: List[Any] = list(params)
+        if not self.params:
+            raise ValueError("optimizer got no parameters")
+        if not callable(lr):
+            lr = to_real(lr, "lr")
+        self.lr = lr
+        self.steps = 0
+        is_c = [isinstance(p, engine.Value) for p in self.params]
+        if any(is_c) and not all(is_c):
+            raise TypeError("optimizer parameters must all come from the same engine")
+        self._handles = (ffi.new("uint32_t[]", [p._h for p in self.params])
+                         if all(is_c) else None)
+
+    def _state(self) -> Tuple[np.ndarray, Any]:
+        arr = np.zeros(len(self.params), dtype=np.float64)
+        return arr, ffi.from_buffer("double[]", arr)
+
+    def current_lr(self) -> float:
+        """The learning rate the next ``step()`` uses."""
+        return to_real(self.lr(self.steps), "lr schedule's value") if callable(self.lr) else self.lr
+
+    def zero_grad(self) -> None:
+        """Set every parameter's grad to 0."""
+        if self._handles is not None:
+            lib.pg_fill_grad(self._handles, len(self.params), 0.0)
+        else:
+            for p in self.params:
+                p.grad = 0.0
+
+    def step(self) -> None:
+        """Update every parameter from its grad."""
+        self._step(self.current_lr())
+        self.steps += 1
+
+    def _step(self, lr: float) -> None:
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with optional momentum and weight decay;
+    with neither it is micrograd's ``p.data -= lr * p.grad``."""
+
+    def __init__(self, params: Iterable[Any], lr: LearningRate = 0.01, momentum: float = 0.0,
+                 weight_decay: float = 0.0) -> None:
+        super().__init__(params, lr)
+        self.momentum = to_real(momentum, "momentum")
+        self.weight_decay = to_real(weight_decay, "weight_decay")
+        if self.momentum < 0 or self.weight_decay < 0:
+            raise ValueError("momentum and weight_decay must be >= 0")
+        self.velocity, self._velocity_c = self._state()
+
+    def _step(self, lr: float) -> None:
+        if self._handles is not None:
+            lib.pg_sgd_step(self._handles, len(self.params), lr, self.momentum,
+                            self.weight_decay, self._velocity_c)
+            return
+        for i, p in enumerate(self.params):
+            g = p.grad
+            if self.weight_decay != 0.0:
+                g = g + self.weight_decay * p.data
+            if self.momentum != 0.0:
+                self.velocity[i] = self.momentum * float(self.velocity[i]) + g
+                g = float(self.velocity[i])
+            p.data = p.data - lr * g
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba, 2015) with optional (L2) weight decay."""
+
+    def __init__(self, params: Iterable[Any], lr: LearningRate = 0.001,
+                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0) -> None:
+        super().__init__(params, lr)
+        self.beta1, self.beta2 = (to_real(b, "betas") for b in betas)
+        self.eps = to_real(eps, "eps")
+        self.weight_decay = to_real(weight_decay, "weight_decay")
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1) or self.eps <= 0:
+            raise ValueError("Adam needs 0 <= betas < 1 and eps > 0")
+        self.m, self._m_c = self._state()
+        self.v, self._v_c = self._state()
+
+    def _step(self, lr: float) -> None:
+        t = self.steps + 1
+        bias1, bias2 = 1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t
+        if self._handles is not None:
+            lib.pg_adam_step(self._handles, len(self.params), lr, self.beta1, self.beta2,
+                             self.eps, self.weight_decay, bias1, bias2, self._m_c, self._v_c)
+            return
+        b1, b2 = self.beta1, self.beta2
+        for i, p in enumerate(self.params):
+            g = p.grad
+            if self.weight_decay != 0.0:
+                g = g + self.weight_decay * p.data
+            m = b1 * float(self.m[i]) + (1.0 - b1) * g
+            v = b2 * float(self.v[i]) + (1.0 - b2) * (g * g)
+            self.m[i], self.v[i] = m, v
+            p.data = p.data - lr * (m / bias1) / (math.sqrt(v / bias2) + self.eps)
