@@ -225,6 +225,7 @@ double pg_grad(uint32_t h) { return pg_N(h)->grad; }
 void pg_set_grad(uint32_t h, double v) { pg_N(h)->grad = v; }
 int pg_op(uint32_t h) { return pg_N(h)->op; }
 int pg_flags(uint32_t h) { return pg_N(h)->flags; }
+int pg_variant(uint32_t h) { return pg_N(h)->variant; }
 double pg_exponent(uint32_t h) { return pg_N(h)->aux.k; }
 uint32_t pg_refs(uint32_t h) { return pg_N(h)->refs; }
 

@@ -94,6 +94,7 @@ double pg_grad(uint32_t h);
 void pg_set_grad(uint32_t h, double v);
 int pg_op(uint32_t h);
 int pg_flags(uint32_t h);
+int pg_variant(uint32_t h);
 double pg_exponent(uint32_t h);
 uint32_t pg_nkids(uint32_t h);
 uint32_t pg_kid(uint32_t h, uint32_t i);

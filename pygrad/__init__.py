@@ -4,6 +4,7 @@
 ``pygrad.nn`` replaces ``micrograd.nn``.  Submodules: ``nn``, ``optim``,
 ``losses``, ``data``, ``viz``, ``reference`` (the pure-Python engine).
 """
+from . import reference
 from ._version import __version__
 from .engine import Value
 from .function import Context, Function
@@ -11,4 +12,4 @@ from .functional import dot, logsumexp, sum
 from .gradcheck import GradcheckResult, gradcheck
 
 __all__ = ["Value", "dot", "sum", "logsumexp", "Function", "Context", "gradcheck",
-           "GradcheckResult", "__version__"]
+           "GradcheckResult", "reference", "__version__"]

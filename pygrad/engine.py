@@ -242,6 +242,9 @@ class Value:
         if op == lib.PG_OP_CUSTOM or op == lib.PG_OP_FUNCTION:
             extra = extras.get(h)
             return extra.op if extra is not None else ""
+        if op == lib.PG_OP_LINEAR:
+            act = lib.pg_variant(h) & 3
+            return ("linear", "linear+ReLU", "linear+tanh", "linear+sigmoid")[act]
         if not _op_names:
             _op_names = tuple(ffi.string(lib.pg_op_name(i)).decode()
                               for i in range(lib.PG_OP_COUNT))

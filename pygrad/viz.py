@@ -104,6 +104,9 @@ def _line(v: Node) -> str:
     return text
 
 
+_MAX_INDENT = 40
+
+
 def format_tree(root: Node, max_depth: Optional[int] = None) -> str:
     """The graph below ``root`` as an indented text tree, one Value a line::
 
@@ -115,7 +118,9 @@ def format_tree(root: Node, max_depth: Optional[int] = None) -> str:
     A Value whose subtree was already shown prints ``(see above)`` and is
     not expanded again (shared subexpressions).  Children deeper than
     ``max_depth`` (root is depth 0) are cut and their parent ends in
-    ``[...]``.  Iterative, so any depth works (but the text grows with it).
+    ``[...]``.  Indentation stops growing at depth 40; deeper lines start
+    with ``[depth N]`` instead, so the text stays linear in the graph size.
+    Iterative, so any depth works.
     """
     if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int)
                                   or max_depth < 0):
@@ -127,7 +132,9 @@ def format_tree(root: Node, max_depth: Optional[int] = None) -> str:
     while stack:
         v, depth = stack.pop()
         keep.append(v)
-        indent = "  " * depth
+        indent = "  " * min(depth, _MAX_INDENT)
+        if depth > _MAX_INDENT:
+            indent += f"[depth {depth}] "
         if id(v) in shown:
             lines.append(f"{indent}{_line(v)} (see above)")
             continue
