@@ -10,6 +10,7 @@ come from the engine the Values belong to).
   class index: logsumexp(logits) - logits[target]; for a batch, a list of
   logit lists and a list of indices, the mean.
 """
+import operator
 from typing import Any, Iterable, List, Optional, Sequence
 
 from . import engine, functional, reference
@@ -74,9 +75,15 @@ def softmax_cross_entropy(logits: Sequence[Any], target: Any) -> Any:
     """Cross-entropy of softmax(logits) against a class index (or the mean
     over a batch of them)."""
     logits = list(logits)
-    if logits and isinstance(logits[0], (list, tuple)):
+    if not logits:
+        raise ValueError("softmax_cross_entropy of no logits")
+    if isinstance(logits[0], (list, tuple)):
         return _mean([softmax_cross_entropy(z, t)
                       for z, t in _pairs(logits, target, "softmax_cross_entropy")])
-    if not isinstance(target, int) or not 0 <= target < len(logits):
+    try:
+        index = operator.index(target)
+    except TypeError:
+        raise TypeError(f"target must be an integer class index, not {type(target).__name__}") from None
+    if isinstance(target, bool) or not 0 <= index < len(logits):
         raise ValueError(f"target must be a class index in [0, {len(logits)}), not {target!r}")
-    return _ops(logits[0]).logsumexp(logits) - logits[target]
+    return _ops(logits[0]).logsumexp(logits) - logits[index]

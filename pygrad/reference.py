@@ -253,6 +253,8 @@ def dot(w: Iterable[Any], x: Iterable[Any], b: Any = None, act: Any = None) -> V
     w, x = list(w), list(x)
     if len(w) != len(x):
         raise ValueError(f"dot needs as many weights as inputs: {len(w)} != {len(x)}")
+    if not w and b is None:
+        raise ValueError("dot of nothing: give at least one term or a bias")
     terms = (_as_value(wi) * _as_value(xi) for wi, xi in zip(w, x))
     if b is None:
         out = next(terms)
@@ -271,6 +273,8 @@ def sum(values: Iterable[Any], start: Any = None) -> Value:  # noqa: A001
     """``v0 + v1 + ...`` (after ``start`` if given), left to right."""
     vs = [] if start is None else [_as_value(start)]
     vs.extend(_as_value(v) for v in values)
+    if not vs:
+        raise ValueError("sum of nothing: give at least one value")
     out = vs[0]
     for v in vs[1:]:
         out = out + v
@@ -280,6 +284,8 @@ def sum(values: Iterable[Any], start: Any = None) -> Value:  # noqa: A001
 def logsumexp(values: Iterable[Any]) -> Value:
     """``log(sum(exp(v - m))) + m``, m the largest v (0 if infinite)."""
     vs = [_as_value(v) for v in values]
+    if not vs:
+        raise ValueError("logsumexp of nothing: give at least one value")
     m = vs[0].data
     for v in vs[1:]:
         if v.data > m:

@@ -13,3 +13,31 @@ def micrograd_style_tanh(V):
         out._backward = _backward
         return out
     return tanh
+
+
+# -- bit-exact comparison of doubles ------------------------------------------
+
+def bits(x: float) -> bytes:
+    """The IEEE 754 bytes of a double."""
+    import struct
+    return struct.pack("<d", x)
+
+
+def same_double(x: float, y: float) -> bool:
+    """Bit equality (so 0.0 != -0.0), except that any nan equals any nan:
+    C's 0/0 is the sign-bit-set default nan on x86, Python's math.nan is not."""
+    if math.isnan(x) or math.isnan(y):
+        return math.isnan(x) and math.isnan(y)
+    return bits(x) == bits(y)
+
+
+def show(x: float) -> str:
+    return f"{x!r} ({bits(x).hex()})"
+
+
+def assert_same_doubles(got, expected, what: str = "value") -> None:
+    """Two equally long sequences of doubles agree bit for bit (see same_double)."""
+    got, expected = list(got), list(expected)
+    assert len(got) == len(expected), f"{what}: {len(got)} != {len(expected)} entries"
+    for i, (a, b) in enumerate(zip(got, expected)):
+        assert same_double(a, b), f"{what}[{i}]: {show(a)} != {show(b)}"

@@ -1,0 +1,78 @@
+"""The demo (python -m pygrad): it trains, and its command line works."""
+import os
+
+import pytest
+
+from pygrad import demo
+
+
+@pytest.fixture(scope="module")
+def moons():
+    return demo.train_moons()
+
+
+def test_moons_reaches_full_accuracy_in_100_steps(moons):
+    assert len(moons["losses"]) == len(moons["accuracy"]) == 100
+    assert moons["accuracy"][-1] == 1.0
+
+
+def test_moons_loss_falls(moons):
+    losses = moons["losses"]
+    assert losses[-1] < 0.1 * losses[0]
+    assert sum(losses[-10:]) < sum(losses[:10])
+
+
+def test_moons_is_deterministic(moons):
+    again = demo.train_moons(steps=10)
+    assert again["losses"] == moons["losses"][:10]
+
+
+def test_moons_reference_engine_gives_the_same_losses(moons):
+    ref = demo.train_moons(steps=2, engine="reference")
+    assert ref["losses"] == moons["losses"][:2]
+
+
+def test_spiral_reaches_95_percent_accuracy():
+    result = demo.train_spiral(steps=200)
+    assert len(result["losses"]) == 200
+    assert result["accuracy"][-1] >= 0.95
+    assert result["losses"][-1] < result["losses"][0]
+
+
+def test_cli_runs_moons_and_checks_the_reference(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc = demo.main(["--dataset", "moons", "--steps", "5", "--no-plot", "--reference-steps", "1"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "== moons: 5 steps" in out
+    assert "same losses bit for bit: True" in out
+    assert "spiral" not in out
+    assert os.listdir(tmp_path) == []        # --no-plot writes nothing
+
+
+def test_cli_reference_steps_zero_skips_the_comparison(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert demo.main(["--dataset", "moons", "--steps", "2", "--no-plot",
+                      "--reference-steps", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "final loss" in out and "bit for bit" not in out
+
+
+def test_cli_help_exits_zero(capsys):
+    with pytest.raises(SystemExit) as exc:
+        demo.main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "--dataset" in out and "--steps" in out
+
+
+@pytest.mark.parametrize("argv", [["--steps", "0"], ["--steps", "-3"], ["--dataset", "mnist"],
+                                  ["--steps", "many"]])
+def test_cli_bad_arguments_are_errors(capsys, argv):
+    with pytest.raises(SystemExit) as exc:
+        demo.main(argv + ["--no-plot"])
+    assert exc.value.code not in (0, None)
+    err = capsys.readouterr().err
+    assert "error" in err
+    if argv[:2] == ["--steps", "0"]:
+        assert "--steps must be at least 1" in err

@@ -1,0 +1,345 @@
+"""pygrad.nn as a drop-in for micrograd.nn: the same reprs, the same random
+draws (so the same initial weights for a seed), the same parameters in the
+same order; training gives the same doubles fused, op by op and on the
+pure-Python engine; plus the bulk numpy access and state dicts."""
+import random
+
+import numpy as np
+import pytest
+
+from pygrad import Value as C
+from pygrad import data
+from pygrad.nn import MLP, Layer, Module, Neuron
+from pygrad.reference import Value as R
+
+from helpers import assert_same_doubles, bits
+
+ENGINES = ["c", "reference"]
+VALUE = {"c": C, "reference": R}
+
+# ---------------------------------------------------------------------------
+# reprs, written out as micrograd's classes print them
+
+
+def test_neuron_reprs():
+    assert repr(Neuron(3)) == "ReLUNeuron(3)"
+    assert repr(Neuron(5, nonlin=False)) == "LinearNeuron(5)"
+    assert str(Neuron(1, engine="reference")) == "ReLUNeuron(1)"
+
+
+def test_layer_repr():
+    assert repr(Layer(2, 3)) == "Layer of [ReLUNeuron(2), ReLUNeuron(2), ReLUNeuron(2)]"
+    assert repr(Layer(4, 1, nonlin=False)) == "Layer of [LinearNeuron(4)]"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("fused", [True, False])
+def test_mlp_repr_is_micrografs(engine, fused):
+    model = MLP(2, [16, 16, 1], engine=engine, fused=fused)
+    expected = ("MLP of [Layer of [" + ", ".join(["ReLUNeuron(2)"] * 16) + "], "
+                "Layer of [" + ", ".join(["ReLUNeuron(16)"] * 16) + "], "
+                "Layer of [LinearNeuron(16)]]")
+    assert repr(model) == expected
+
+
+def test_small_mlp_repr():
+    assert repr(MLP(3, [2, 2])) == ("MLP of [Layer of [ReLUNeuron(3), ReLUNeuron(3)], "
+                                    "Layer of [LinearNeuron(2), LinearNeuron(2)]]")
+
+
+# ---------------------------------------------------------------------------
+# initialisation: micrograd's random draws
+
+
+def weights_of(model):
+    return [w for layer in model.layers for n in layer.neurons for w in n.w]
+
+
+def test_same_seed_gives_the_same_initial_parameters_on_both_engines():
+    random.seed(1234)
+    c = MLP(3, [8, 5, 2])
+    random.seed(1234)
+    r = MLP(3, [8, 5, 2], engine="reference")
+    random.seed(1234)
+    u = MLP(3, [8, 5, 2], fused=False)
+    cp, rp, up = c.parameters(), r.parameters(), u.parameters()
+    assert all(isinstance(p, C) for p in cp) and all(isinstance(p, R) for p in rp)
+    assert_same_doubles([p.data for p in cp], [p.data for p in rp], "C vs reference")
+    assert_same_doubles([p.data for p in up], [p.data for p in rp], "unfused vs reference")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_weights_are_uniform_draws_in_micrograds_order(engine):
+    nin, nouts = 2, [16, 16, 1]
+    n_weights = 2 * 16 + 16 * 16 + 16 * 1
+    random.seed(7)
+    expected = [random.uniform(-1, 1) for _ in range(n_weights)]
+    after_by_hand = random.random()
+    random.seed(7)
+    model = MLP(nin, nouts, engine=engine)
+    after_model = random.random()
+    # exactly n_weights uniform draws, nothing else, in layer/neuron/weight order
+    assert after_model == after_by_hand
+    assert [w.data for w in weights_of(model)] == expected
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_biases_start_at_positive_zero(engine):
+    model = MLP(3, [4, 4, 2], engine=engine)
+    biases = [n.b for layer in model.layers for n in layer.neurons]
+    assert len(biases) == 10
+    assert all(bits(b.data) == bits(0.0) for b in biases)
+    assert all(-1 <= w.data <= 1 for w in weights_of(model))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_parameter_counts_and_order(engine):
+    assert len(Neuron(3, engine=engine).parameters()) == 4
+    assert len(Layer(3, 4, engine=engine).parameters()) == 16
+    model = MLP(2, [16, 16, 1], engine=engine)
+    assert len(model.parameters()) == (2 + 1) * 16 + (16 + 1) * 16 + (16 + 1) * 1 == 337
+    # micrograd's order: each neuron's weights, then its bias
+    expected = [p for layer in model.layers for n in layer.neurons for p in n.w + [n.b]]
+    assert all(a is b for a, b in zip(model.parameters(), expected))
+    assert len(set(map(id, model.parameters()))) == 337
+    assert Module().parameters() == []
+
+
+def test_unknown_engine_raises():
+    with pytest.raises(ValueError, match="engine"):
+        MLP(2, [3], engine="torch")
+
+
+# ---------------------------------------------------------------------------
+# forward passes
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("fused", [True, False])
+def test_layer_called_with_numbers(engine, fused):
+    random.seed(3)
+    layer = Layer(3, 2, engine=engine, fused=fused)
+    x = [0.5, -1.0, 2.0]
+    out = layer(x)
+    assert isinstance(out, list) and len(out) == 2
+    for n, o in zip(layer.neurons, out):
+        assert isinstance(o, VALUE[engine])
+        z = n.b.data
+        for w, xi in zip(n.w, x):
+            z = z + w.data * xi
+        assert o.data == max(z, 0.0)
+    # numpy numbers and arrays work too, with the same result
+    out2 = layer(np.array(x))
+    assert [o.data for o in out2] == [o.data for o in out]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_single_output_layer_returns_a_value(engine):
+    layer = Layer(2, 1, nonlin=False, engine=engine)
+    out = layer([VALUE[engine](1.0), 2.0])
+    assert isinstance(out, VALUE[engine])
+    n = layer.neurons[0]
+    assert out.data == n.b.data + n.w[0].data * 1.0 + n.w[1].data * 2.0
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_layer_outputs_agree_across_engines_and_fusion(fused):
+    random.seed(11)
+    c = MLP(4, [6, 3], fused=fused)
+    random.seed(11)
+    r = MLP(4, [6, 3], engine="reference")
+    x = [0.25, -0.5, 1.5, 0.75]
+    co, ro = c([C(t) for t in x]), r([R(t) for t in x])
+    assert_same_doubles([o.data for o in co], [o.data for o in ro], "outputs")
+    co[0].backward()
+    ro[0].backward()
+    assert_same_doubles([p.grad for p in c.parameters()], [p.grad for p in r.parameters()],
+                        "grads")
+
+
+def test_fused_layers_make_linear_nodes():
+    model = MLP(2, [3, 1])
+    hidden = model.layers[0]([1.0, 2.0])
+    assert [h._op for h in hidden] == ["linear+ReLU"] * 3
+    assert model(hidden[:2])._op == "linear"
+    assert MLP(2, [3, 1], fused=False)([1.0, 2.0])._op == "+"
+
+
+def test_a_layer_wider_than_a_segment_agrees_with_the_reference():
+    # more neurons than one C call makes at once: neuron by neuron instead
+    random.seed(4)
+    c = Layer(2, 4097)
+    random.seed(4)
+    r = Layer(2, 4097, engine="reference")
+    co, ro = c([0.5, -0.25]), r([0.5, -0.25])
+    assert len(co) == 4097
+    assert_same_doubles([o.data for o in co], [o.data for o in ro], "outputs")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("n", [1, 3])
+def test_wrong_input_length_raises(engine, n):
+    model = MLP(2, [3, 1], engine=engine)
+    V = VALUE[engine]
+    with pytest.raises(ValueError):
+        model([V(1.0)] * n)
+    with pytest.raises(ValueError):
+        Layer(2, 3, engine=engine)([1.0] * n)
+    with pytest.raises(ValueError):
+        Neuron(2, engine=engine)([1.0] * n)
+
+
+# ---------------------------------------------------------------------------
+# training: fused C, op-by-op C and the reference engine, bit for bit
+
+
+def train_micrograd_style(model, V, X, y, steps):
+    """micrograd's demo loop: SVM max-margin loss + 1e-4 L2, plain SGD with
+    its decaying learning rate; returns the losses."""
+    losses = []
+    for k in range(steps):
+        inputs = [list(map(V, xrow)) for xrow in X]
+        scores = list(map(model, inputs))
+        data_loss = sum((1 + -yi * si).relu() for yi, si in zip(y, scores)) * (1.0 / len(y))
+        reg_loss = 1e-4 * sum((p * p for p in model.parameters()))
+        total_loss = data_loss + reg_loss
+        model.zero_grad()
+        total_loss.backward()
+        learning_rate = 1.0 - 0.9 * k / 100
+        for p in model.parameters():
+            p.data -= learning_rate * p.grad
+        losses.append(total_loss.data)
+    return losses
+
+
+def test_training_is_bit_identical_fused_unfused_and_reference():
+    X, y01 = data.make_moons(24, noise=0.1, seed=0)
+    X = X.tolist()
+    y = [2.0 * t - 1.0 for t in y01.tolist()]
+    runs = {}
+    for name, engine, fused in [("fused C", "c", True), ("op-by-op C", "c", False),
+                                ("reference", "reference", True)]:
+        random.seed(1337)
+        model = MLP(2, [16, 16, 1], engine=engine, fused=fused)
+        losses = train_micrograd_style(model, VALUE[engine], X, y, steps=20)
+        runs[name] = (losses, [p.data for p in model.parameters()])
+    ref_losses, ref_params = runs["reference"]
+    assert ref_losses[-1] < ref_losses[0]          # it does train
+    for name in ("fused C", "op-by-op C"):
+        losses, params = runs[name]
+        assert_same_doubles(losses, ref_losses, f"{name} losses")
+        assert_same_doubles(params, ref_params, f"{name} final parameters")
+
+
+# ---------------------------------------------------------------------------
+# zero_grad, bulk access, state dicts
+
+
+def backprop_something(model, V):
+    out = model([V(0.5), V(-1.5)])
+    (out * out).backward()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_zero_grad(engine):
+    random.seed(0)
+    model = MLP(2, [4, 1], engine=engine)
+    backprop_something(model, VALUE[engine])
+    assert any(p.grad != 0.0 for p in model.parameters())
+    model.zero_grad()
+    assert all(bits(p.grad) == bits(0.0) for p in model.parameters())
+    layer = model.layers[0]
+    layer.neurons[0].b.grad = 5.0
+    layer.zero_grad()
+    assert layer.neurons[0].b.grad == 0.0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_get_data_get_grad_set_data(engine):
+    random.seed(0)
+    model = MLP(2, [4, 3, 1], engine=engine)
+    params = model.parameters()
+    backprop_something(model, VALUE[engine])
+    d, g = model.get_data(), model.get_grad()
+    assert d.dtype == np.float64 and d.shape == (len(params),) and g.shape == d.shape
+    assert d.tolist() == [p.data for p in params]
+    assert g.tolist() == [p.grad for p in params]
+    new = np.linspace(-2.0, 2.0, len(params))
+    model.set_data(new)
+    assert [p.data for p in params] == new.tolist()
+    model.set_data(new.tolist())            # any array-like
+    model.set_data((new * 3).astype(np.float32))
+    assert [p.data for p in params] == (new * 3).astype(np.float32).astype(float).tolist()
+    # the model computes with the new data
+    model.set_data(np.zeros(len(params)))
+    assert model([VALUE[engine](1.0), 2.0]).data == 0.0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("shape", [(0,), (28,), (30,), (29, 1), (1, 29), ()])
+def test_set_data_with_the_wrong_shape_raises(engine, shape):
+    model = MLP(2, [4, 3, 1], engine=engine)     # 29 parameters
+    before = model.get_data()
+    with pytest.raises(ValueError, match="shape"):
+        model.set_data(np.ones(shape))
+    assert model.get_data().tolist() == before.tolist()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_state_dict_round_trips_exactly(engine):
+    random.seed(5)
+    a = MLP(3, [5, 2], engine=engine)
+    a.set_data(a.get_data() / 3.0)        # digits that a text round trip could lose
+    random.seed(6)
+    b = MLP(3, [5, 2], engine=engine)
+    assert a.get_data().tolist() != b.get_data().tolist()
+    state = a.state_dict()
+    assert set(state) >= {"parameters"}
+    b.load_state_dict(state)
+    assert_same_doubles(b.get_data(), a.get_data(), "loaded parameters")
+    # the state is a copy, not a view of the model
+    state["parameters"][:] = 0.0
+    assert a.get_data().tolist() != [0.0] * len(a.parameters())
+
+
+def test_state_dict_moves_between_engines():
+    random.seed(5)
+    c = MLP(3, [5, 2])
+    r = MLP(3, [5, 2], engine="reference")
+    r.load_state_dict(c.state_dict())
+    assert_same_doubles(r.get_data(), c.get_data(), "reference loaded from C")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_load_state_dict_of_another_shape_raises(engine):
+    a = MLP(2, [4, 1], engine=engine)       # 17 parameters
+    b = MLP(2, [3, 2], engine=engine)       # also 17 parameters, another shape
+    assert len(a.parameters()) == len(b.parameters())
+    before = b.get_data().tolist()
+    with pytest.raises(ValueError):
+        b.load_state_dict(a.state_dict())
+    with pytest.raises(ValueError):
+        MLP(2, [4, 2], engine=engine).load_state_dict(a.state_dict())
+    with pytest.raises(ValueError):         # no structure, wrong length
+        MLP(2, [4, 2], engine=engine).load_state_dict({"parameters": a.get_data()})
+    with pytest.raises(ValueError):
+        b.load_state_dict({})
+    assert b.get_data().tolist() == before
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_save_and_load_npz(engine, tmp_path):
+    random.seed(8)
+    a = MLP(2, [6, 6, 1], engine=engine)
+    a.set_data(a.get_data() * np.pi)
+    path = tmp_path / "model.npz"
+    a.save(str(path))
+    assert path.exists()
+    random.seed(9)
+    b = MLP(2, [6, 6, 1], engine=engine)
+    b.load(str(path))
+    assert_same_doubles(b.get_data(), a.get_data(), "loaded from npz")
+    x = [C(0.3), C(-0.7)] if engine == "c" else [R(0.3), R(-0.7)]
+    assert bits(b(x).data) == bits(a(x).data)
+    with pytest.raises(ValueError):
+        MLP(2, [6, 1], engine=engine).load(str(path))
