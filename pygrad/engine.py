@@ -68,16 +68,22 @@ def _current_segment() -> Segment:
     return _seg
 
 
-def _make_nary(op: int, variant: int, handles: Any, n: int) -> "Value":
-    """A fused n-ary node over the given C array of handles."""
+def _create(make: Callable[..., int], *args: Any) -> "Value":
+    """A node from ``make(sid, *args)`` in the current segment, wrapped (the
+    path of the less frequent ops; the hot dunders inline it)."""
     seg = _seg or _current_segment()
-    h = lib.pg_nary(seg.sid, op, variant, handles, n)
+    h = make(seg.sid, *args)
     if h < 0:
-        seg, h = _retry(h, seg, lib.pg_nary, (op, variant, handles, n))
+        seg, h = _retry(h, seg, make, args)
     out = _new(Value)
     out._h = h
     out._s = seg
     return out
+
+
+def _make_nary(op: int, variant: int, handles: Any, n: int) -> "Value":
+    """A fused n-ary node over the given C array of handles."""
+    return _create(lib.pg_nary, op, variant, handles, n)
 
 
 def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int) -> "list[Value]":
@@ -98,14 +104,8 @@ def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int) -> "list[Val
 
 def _make_function(data: float, kids: Any, partials: Any, n: int, name: str) -> "Value":
     """A pygrad.Function node with its captured partials."""
-    seg = _seg or _current_segment()
-    h = lib.pg_function(seg.sid, data, kids, partials, n)
-    if h < 0:
-        seg, h = _retry(h, seg, lib.pg_function, (data, kids, partials, n))
-    out = _new(Value)
-    out._h = h
-    out._s = seg
-    extras.get_or_create(h).op = name
+    out = _create(lib.pg_function, data, kids, partials, n)
+    extras.get_or_create(out._h).op = name
     return out
 
 
@@ -366,14 +366,7 @@ class Value:
             return NotImplemented
         t = type(other)
         is_int = 0 if t is float else 1 if t is int or isinstance(other, numbers.Integral) else 0
-        seg = _seg
-        h = lib.pg_powk(seg.sid, self._h, k, is_int)
-        if h < 0:
-            seg, h = _retry(h, seg, lib.pg_powk, (self._h, k, is_int))
-        out = _new(Value)
-        out._h = h
-        out._s = seg
-        return out
+        return _create(lib.pg_powk, self._h, k, is_int)
 
     def __repr__(self) -> str:
         return f"Value(data={self.data}, grad={self.grad})"

@@ -203,22 +203,3 @@ def test_deep_chain_of_a_million_nodes_backprops():
     assert x.data == 1_000_000.0
     assert w.grad == 1_000_000.0
 
-
-def test_the_readme_example_gives_micrograds_numbers():
-    # micrograd's README example; its documented results.
-    a = Value(-4.0)
-    b = Value(2.0)
-    c = a + b
-    d = a * b + b ** 3
-    c += c + 1
-    c += 1 + c + (-a)
-    d += d * 2 + (b + a).relu()
-    d += 3 * d + (b - a).relu()
-    e = c - d
-    f = e ** 2
-    g = f / 2.0
-    g += 10.0 / f
-    g.backward()
-    assert round(g.data, 4) == 24.7041
-    assert round(a.grad, 4) == 138.8338
-    assert round(b.grad, 4) == 645.5773
