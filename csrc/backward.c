@@ -58,18 +58,20 @@ static pg_sweep *sweep_new(void) {
 }
 
 /* Walk from root (lock held).  Returns 0 when done, or 1 with *rest set to
- * the remaining order from the first Python node on, or PG_E_NOMEM. */
-static int walk(uint32_t root, pg_sweep **rest) {
+ * the remaining order from the first Python node on, or PG_E_NOMEM.  With
+ * record_all the walk applies nothing and records every node (replay). */
+static int walk(uint32_t root, int record_all, pg_sweep **rest) {
     if (++epoch == 0) {
         pg_reset_marks();
         epoch = 1;
     }
     const uint32_t ep = epoch;
-    pg_sweep *s = NULL;
+    pg_sweep *s = record_all ? sweep_new() : NULL;
+    if (record_all && s == NULL) return PG_E_NOMEM;
     pg_seg *seg = pg_segtab[root >> PG_SEG_BITS];
     pg_node *r = pg_N(root);
     r->mark = ep;
-    r->grad = 1.0;
+    if (!record_all) r->grad = 1.0;
     seg->reach_epoch = ep;
     size_t pending = 1;
     int64_t i = root & (PG_SEG_NODES - 1);
@@ -127,12 +129,24 @@ int32_t pg_backward(uint32_t root, pg_sweep **out) {
     *out = NULL;
     pg_sweep *rest = NULL;
     pg_lock();
-    int rc = pg_handle_valid(root) ? walk(root, &rest) : PG_E_ARG;
+    int rc = pg_handle_valid(root) ? walk(root, 0, &rest) : PG_E_ARG;
     pg_unlock();
     if (rc <= 0) return rc;
     int32_t next = run(rest);
     if (next > 0) *out = rest;
     return next;
+}
+
+int pg_record_order(uint32_t root, uint32_t **order, size_t *n) {
+    pg_sweep *s = NULL;
+    pg_lock();
+    int rc = pg_handle_valid(root) ? walk(root, 1, &s) : PG_E_ARG;
+    pg_unlock();
+    if (rc < 0) return rc;
+    *order = s->order;          /* the caller owns the buffer now */
+    *n = s->n;
+    free(s);
+    return 0;
 }
 
 int32_t pg_backward_resume(pg_sweep *s) {

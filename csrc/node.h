@@ -106,4 +106,8 @@ int pg_check_kid(uint32_t sid, uint32_t h);
 /* Zero every DFS mark, when the epoch counter wraps (lock held). */
 void pg_reset_marks(void);
 
+/* backward.c: every node reachable from root, newest first (a
+ * topological order, parents before children), in a malloc'd buffer. */
+int pg_record_order(uint32_t root, uint32_t **order, size_t *n);
+
 #endif

@@ -129,6 +129,14 @@ int32_t pg_backward_resume(pg_sweep *sweep);
 void pg_sweep_free(pg_sweep *sweep);
 void pg_node_backward(uint32_t h);
 
+/* Replay: a graph compiled once, re-run forward and backward in C. */
+typedef struct pg_program pg_program;
+int32_t pg_compile(uint32_t root, pg_program **out, uint32_t *bad_node);
+double pg_program_forward(pg_program *p);
+void pg_program_backward(pg_program *p);
+uint32_t pg_program_size(const pg_program *p);
+void pg_program_free(pg_program *p);
+
 /* Accounting, for tests and benchmarks. */
 uint64_t pg_live_nodes(void);
 uint32_t pg_live_segments(void);

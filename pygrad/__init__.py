@@ -10,6 +10,7 @@ from .engine import Value
 from .function import Context, Function
 from .functional import dot, logsumexp, sum
 from .gradcheck import GradcheckResult, gradcheck
+from .replay import Inputs, Program, compile
 
 __all__ = ["Value", "dot", "sum", "logsumexp", "Function", "Context", "gradcheck",
-           "GradcheckResult", "reference", "__version__"]
+           "GradcheckResult", "compile", "Program", "Inputs", "reference", "__version__"]
