@@ -13,7 +13,9 @@ Tiers:
 - pygrad eager:     micrograd's own nn code running on pygrad.Value (its
                     ``Value`` swapped for pygrad's), or pygrad.nn with
                     fused=False when micrograd is absent;
-- pygrad fused:     pygrad.nn (one C call per layer) + pygrad.optim.SGD.
+- pygrad fused:     pygrad.nn (one C call per layer) + pygrad.optim.SGD;
+- pygrad replay:    the fused graph built once, then pygrad.compile'd and
+                    re-run in C each step (forward, zero_grad, backward, step).
 
 Python's GC stays on.  Each tier is timed end to end (input conversion,
 forward, loss, backward, update); the fast tiers take the median of
@@ -107,6 +109,24 @@ def run_pygrad_fused(steps: int) -> List[float]:
     return history
 
 
+def run_pygrad_replay(steps: int) -> List[float]:
+    import pygrad
+    random.seed(SEED)
+    model = nn.MLP(2, [16, 16, 1])
+    opt = optim.SGD(model.parameters(), lr=lambda k: 1.0 - 0.9 * k / 100)
+    X, y = moons()
+    scores = [model(x) for x in data.to_values(X)]
+    loss = losses.svm_hinge(scores, y, model.parameters(), alpha=1e-4)
+    program = pygrad.compile(loss)
+    history = []
+    for _ in range(steps):
+        history.append(program.forward())
+        opt.zero_grad()
+        program.backward()
+        opt.step()
+    return history
+
+
 def timed(fn: Callable[[int], List[float]], steps: int, repeats: int) -> Dict[str, Any]:
     times, result = [], None
     for _ in range(repeats):
@@ -126,8 +146,8 @@ def main() -> None:
     args = ap.parse_args()
     steps = 10 if args.quick else args.steps
     try:
-        import micrograd  # noqa: F401
-        has_micrograd = True
+        import micrograd
+        has_micrograd = micrograd is not None
     except ImportError:
         has_micrograd = False
 
@@ -141,6 +161,8 @@ def main() -> None:
     else:
         tiers["pygrad eager (nn, fused=False)"] = timed(run_pygrad_eager, steps, args.repeats)
     tiers["pygrad fused (nn + optim.SGD)"] = timed(run_pygrad_fused, steps, args.repeats)
+    tiers["pygrad replay (compiled once, re-run in C)"] = timed(run_pygrad_replay, steps,
+                                                                args.repeats)
 
     ref_losses = tiers["reference"]["losses"]
     for name, r in tiers.items():

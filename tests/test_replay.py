@@ -1,0 +1,152 @@
+"""Replay: a compiled graph re-run in C equals rebuilding it."""
+import math
+import random
+
+import numpy as np
+import pytest
+
+import pygrad
+from pygrad import Function, Value, data, losses, nn, optim
+from pygrad.reference import Value as RefValue
+
+from helpers import assert_same_doubles, micrograd_style_tanh
+
+
+def build(V, xs):
+    a, b, c = xs
+    h = (a * b + c).tanh()
+    return ((h ** 2 + 1.0).log() - a / (c + 3.0) + 2.0 ** b).sigmoid() + (a - h).relu() * c.exp()
+
+
+def test_forward_recomputes_after_the_leaves_change():
+    leaves = [Value(x) for x in (0.3, -1.2, 0.8)]
+    out = build(Value, leaves)
+    program = pygrad.compile(out)
+    for trial in range(5):
+        xs = [random.uniform(-1, 1) for _ in range(3)]
+        for v, x in zip(leaves, xs):
+            v.data = x
+            v.grad = 0.0
+        assert program.forward() == out.data
+        program.backward()
+        fresh = [Value(x) for x in xs]
+        expected = build(Value, fresh)
+        expected.backward()
+        assert_same_doubles([out.data] + [v.grad for v in leaves],
+                            [expected.data] + [v.grad for v in fresh])
+
+
+def test_backward_is_that_of_a_fresh_graph_each_time():
+    x = Value(0.5)
+    y = (x * x + x).tanh()
+    program = pygrad.compile(y)
+    program.forward()
+    program.backward()
+    first = x.grad
+    x.grad = 0.0
+    program.backward()        # interior grads restart from 0, unlike backward()
+    assert x.grad == first
+    assert y.grad == 1.0
+
+
+def _train(engine_tier, steps=15):
+    X, y = data.make_moons(30, noise=0.1, seed=3)
+    ys = data.signed_labels(y).tolist()
+    random.seed(7)
+    engine = "reference" if engine_tier == "reference" else "c"
+    model = nn.MLP(2, [8, 8, 1], engine=engine)
+    opt = optim.SGD(model.parameters(), lr=lambda k: 1.0 - 0.9 * k / 100, momentum=0.5)
+    V = RefValue if engine == "reference" else Value
+    history = []
+    if engine_tier == "replay":
+        inputs = data.to_values(X)
+        scores = [model(x) for x in inputs]
+        loss = losses.svm_hinge(scores, ys, model.parameters(), alpha=1e-4)
+        program = pygrad.compile(loss)
+        for _ in range(steps):
+            history.append(program.forward())
+            opt.zero_grad()
+            program.backward()
+            opt.step()
+    else:
+        for _ in range(steps):
+            scores = [model(x) for x in data.to_values(X, V)]
+            loss = losses.svm_hinge(scores, ys, model.parameters(), alpha=1e-4)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            history.append(loss.data)
+    return history, model.get_data().tolist()
+
+
+def test_replayed_training_is_bit_identical_to_rebuilding_on_the_reference():
+    ref_losses, ref_params = _train("reference")
+    rep_losses, rep_params = _train("replay")
+    assert_same_doubles(rep_losses, ref_losses)
+    assert_same_doubles(rep_params, ref_params)
+
+
+def test_minibatches_swap_in_through_inputs():
+    random.seed(0)
+    model = nn.MLP(2, [4, 1])
+    xs = [[Value(0.0), Value(0.0)] for _ in range(4)]
+    out = pygrad.sum([model(x) for x in xs])
+    program = pygrad.compile(out)
+    inputs = pygrad.Inputs([v for row in xs for v in row])
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        batch = rng.normal(size=(4, 2))
+        inputs.set(batch)
+        np.testing.assert_array_equal(inputs.get(), batch.reshape(-1))
+        replayed = program.forward()
+        fresh = pygrad.sum([model(row) for row in batch.tolist()]).data
+        assert replayed == fresh
+    with pytest.raises(ValueError, match="8 numbers"):
+        inputs.set(np.zeros(3))
+
+
+def test_python_control_flow_is_frozen_at_compile_time():
+    x = Value(2.0)
+    y = x * 3.0 if x.data > 0 else x * -3.0
+    program = pygrad.compile(y)
+    x.data = -1.0
+    assert program.forward() == -3.0          # still the x > 0 branch
+
+
+def test_python_backward_nodes_refuse_to_compile():
+    x = Value(0.4)
+    y = micrograd_style_tanh(Value)(x) * 2.0
+    with pytest.raises(ValueError, match="made in Python"):
+        pygrad.compile(y)
+
+
+def test_function_nodes_refuse_to_compile():
+    class Square(Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return a * a
+
+        @staticmethod
+        def backward(ctx, g):
+            return (2 * ctx.saved_values[0] * g,)
+
+    with pytest.raises(ValueError, match="Function"):
+        pygrad.compile(Square.apply(Value(3.0)) + 1.0)
+
+
+def test_compile_needs_a_c_value():
+    with pytest.raises(TypeError, match="pygrad.Value"):
+        pygrad.compile(RefValue(1.0))
+    with pytest.raises(TypeError):
+        pygrad.compile(1.0)
+
+
+def test_a_program_keeps_its_graph_alive_after_the_user_drops_it():
+    x = Value(1.5)
+    program = pygrad.compile(((x * x).exp() + 1.0).log())
+    expected = math.log(math.exp(1.5 * 1.5) + 1.0)
+    import gc
+    gc.collect()
+    assert program.forward() == expected
+    assert len(program) == 6     # x, x*x, exp, 1.0, +, log
