@@ -8,7 +8,7 @@ import os
 import random
 import sys
 import time
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -37,70 +37,85 @@ class Progress:
         self.stream.flush()
 
 
-def _moons_step(model: nn.MLP, X: np.ndarray, y: np.ndarray, opt: Any,
-                value_type: Any) -> Tuple[float, float]:
-    inputs = data.to_values(X, value_type)
-    scores = [model(x) for x in inputs]
-    loss = losses.svm_hinge(scores, y.tolist(), model.parameters(), alpha=1e-4)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    acc = float(np.mean([(yi > 0) == (s.data > 0) for yi, s in zip(y, scores)]))
-    return loss.data, acc
+def _loss(task: str, model: nn.MLP, X: np.ndarray, y: np.ndarray,
+          value_type: Any) -> Tuple[Any, List[Any]]:
+    """The task's loss over the full batch, and the model's outputs."""
+    outputs = [model(x) for x in data.to_values(X, value_type)]
+    if task == "moons":
+        return losses.svm_hinge(outputs, y.tolist(), model.parameters(), alpha=1e-4), outputs
+    return losses.softmax_cross_entropy(outputs, y.tolist()), outputs
 
 
-def _spiral_step(model: nn.MLP, X: np.ndarray, y: np.ndarray, opt: Any,
-                 value_type: Any) -> Tuple[float, float]:
-    inputs = data.to_values(X, value_type)
-    logits = [model(x) for x in inputs]
-    loss = losses.softmax_cross_entropy(logits, y.tolist())
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    acc = float(np.mean([int(np.argmax([z.data for z in zs])) == yi for zs, yi in zip(logits, y)]))
-    return loss.data, acc
+def _accuracy(task: str, outputs: List[Any], y: np.ndarray) -> float:
+    if task == "moons":
+        return float(np.mean([(yi > 0) == (s.data > 0) for yi, s in zip(y, outputs)]))
+    return float(np.mean([int(np.argmax([z.data for z in zs])) == yi for zs, yi in zip(outputs, y)]))
 
 
-def _setup(task: str, seed: int, engine: str) -> Tuple[nn.MLP, np.ndarray, np.ndarray, Any, Callable]:
+def _setup(task: str, seed: int, engine: str) -> Tuple[nn.MLP, np.ndarray, np.ndarray, Any]:
     random.seed(seed)
     if task == "moons":
         X, y = data.make_moons(100, noise=0.1, seed=seed)
         model = nn.MLP(2, [16, 16, 1], engine=engine)
         opt = optim.SGD(model.parameters(), lr=lambda k: 1.0 - 0.9 * k / 100)
-        return model, X, data.signed_labels(y), opt, _moons_step
+        return model, X, data.signed_labels(y), opt
     X, y = data.make_spiral(50, 3, noise=0.2, seed=seed)
     model = nn.MLP(2, [16, 16, 3], engine=engine)
     opt = optim.Adam(model.parameters(), lr=0.05)
-    return model, X, y, opt, _spiral_step
+    return model, X, y, opt
 
 
-def train(task: str, steps: int, seed: int = 0, engine: str = "c",
+TIERS = ("replay", "fused", "eager")
+
+
+def train(task: str, steps: int, seed: int = 0, engine: str = "c", tier: str = "replay",
           progress: Optional[Progress] = None) -> dict:
-    """Train one task; returns losses, accuracies, wall time and the model."""
-    model, X, y, opt, step = _setup(task, seed, engine)
+    """Train one task; returns losses, accuracies, wall time and the model.
+
+    Tiers (C engine): ``replay`` builds the graph once and re-runs it in C
+    (pygrad.compile; valid here since the batch is fixed); ``fused`` rebuilds
+    it each step with fused layers; ``eager`` rebuilds it op by op."""
+    if tier not in TIERS:
+        raise ValueError(f"tier must be one of {TIERS}, not {tier!r}")
+    model, X, y, opt = _setup(task, seed, engine)
+    if tier == "eager":
+        for layer in model.layers:
+            for n in layer.neurons:
+                n.fused = False
     from . import engine as c_engine, reference
     value_type = c_engine.Value if engine == "c" else reference.Value
+    replay = tier == "replay" and engine == "c"
     hist_loss: List[float] = []
     hist_acc: List[float] = []
     t0 = time.perf_counter()
+    if replay:
+        from .replay import compile as compile_graph
+        loss, outputs = _loss(task, model, X, y, value_type)
+        program = compile_graph(loss)
     for k in range(steps):
-        loss, acc = step(model, X, y, opt, value_type)
-        hist_loss.append(loss)
-        hist_acc.append(acc)
+        if replay:
+            program.forward()
+        else:
+            loss, outputs = _loss(task, model, X, y, value_type)
+        opt.zero_grad()
+        program.backward() if replay else loss.backward()
+        hist_loss.append(loss.data)
+        hist_acc.append(_accuracy(task, outputs, y))
+        opt.step()
         if progress is not None:
-            progress.update(k, loss, acc)
-    return {"task": task, "losses": hist_loss, "accuracy": hist_acc,
+            progress.update(k, hist_loss[-1], hist_acc[-1])
+    return {"task": task, "losses": hist_loss, "accuracy": hist_acc, "tier": tier,
             "seconds": time.perf_counter() - t0, "model": model, "X": X, "y": y}
 
 
-def train_moons(steps: int = 100, seed: int = 0, engine: str = "c") -> dict:
+def train_moons(steps: int = 100, seed: int = 0, engine: str = "c", tier: str = "replay") -> dict:
     """micrograd's moons demo: MLP(2, [16, 16, 1]), SVM loss + 1e-4 L2."""
-    return train("moons", steps, seed, engine)
+    return train("moons", steps, seed, engine, tier)
 
 
-def train_spiral(steps: int = 200, seed: int = 0, engine: str = "c") -> dict:
+def train_spiral(steps: int = 200, seed: int = 0, engine: str = "c", tier: str = "replay") -> dict:
     """Softmax classifier, MLP(2, [16, 16, 3]), on a 3-class spiral."""
-    return train("spiral", steps, seed, engine)
+    return train("spiral", steps, seed, engine, tier)
 
 
 def _plot(result: dict, out_dir: str) -> List[str]:
@@ -151,6 +166,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed for data and weights (default 0)")
     p.add_argument("--out", default="pygrad-demo", help="folder for the PNGs (needs matplotlib)")
     p.add_argument("--no-plot", action="store_true", help="don't write PNGs")
+    p.add_argument("--tier", choices=TIERS, default="replay",
+                   help="replay: build once, re-run in C (default); fused: rebuild each step "
+                        "with fused layers; eager: rebuild op by op")
     p.add_argument("--reference-steps", type=int, default=2,
                    help="steps timed on the pure-Python engine for the speedup (0: skip)")
     args = p.parse_args(argv)
@@ -159,13 +177,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     tasks = ["moons", "spiral"] if args.dataset == "both" else [args.dataset]
     for task in tasks:
         steps = args.steps or (100 if task == "moons" else 200)
-        print(f"== {task}: {steps} steps on pygrad (C engine, fused layers)")
-        result = train(task, steps, args.seed, "c", Progress(task, steps))
+        print(f"== {task}: {steps} steps on pygrad, C engine, tier: {args.tier}")
+        result = train(task, steps, args.seed, "c", args.tier, Progress(task, steps))
         per_step = result["seconds"] / steps
         print(f"   final loss {result['losses'][-1]:.4f}, accuracy {result['accuracy'][-1]:.1%}, "
               f"{result['seconds']:.2f} s ({per_step * 1e3:.1f} ms/step)")
         if args.reference_steps > 0:
-            ref = train(task, args.reference_steps, args.seed, "reference")
+            ref = train(task, args.reference_steps, args.seed, "reference", "fused")
             same = ref["losses"] == result["losses"][:args.reference_steps]
             ref_step = ref["seconds"] / args.reference_steps
             print(f"   pure-Python reference: {ref_step * 1e3:.0f} ms/step -> pygrad is "

@@ -150,3 +150,12 @@ def test_a_program_keeps_its_graph_alive_after_the_user_drops_it():
     gc.collect()
     assert program.forward() == expected
     assert len(program) == 6     # x, x*x, exp, 1.0, +, log
+
+
+def test_demo_tiers_give_the_same_losses_and_replay_is_the_default(capsys):
+    from pygrad import demo
+    runs = {tier: demo.train_moons(steps=12, tier=tier)["losses"] for tier in demo.TIERS}
+    assert runs["replay"] == runs["fused"] == runs["eager"]
+    assert demo.main(["--dataset", "moons", "--steps", "3", "--no-plot",
+                      "--reference-steps", "0"]) == 0
+    assert "tier: replay" in capsys.readouterr().out
