@@ -257,6 +257,18 @@ def load_engines(wanted: List[str]) -> Tuple[List[Engine], Dict[str, str]]:
             except Exception:
                 mg_version = "?"
             engines.append(Engine("micrograd", mg_engine.Value, mg_version))
+        elif name == "torch":
+            try:
+                import torch
+            except ImportError as e:
+                skipped["torch"] = f"not importable ({e}); pip install torch"
+                continue
+            torch.set_num_threads(1)
+
+            def tensor(x: float, _t: Any = torch) -> Any:
+                return _t.tensor(x, dtype=_t.float64, requires_grad=True)
+            engines.append(Engine("torch", tensor, torch.__version__,
+                                  "0-dim float64 tensors, requires_grad"))
         else:
             raise SystemExit(f"unknown engine {name!r}")
     return engines, skipped
@@ -297,20 +309,22 @@ def verify(plan: Any, engines: List[Engine]) -> Dict[str, Any]:
         out["root_data"] = pg[0]
         out["leaf_grads_head"] = pg[1][:4]
         out["nonzero_leaf_grads"] = sum(1 for g in pg[1] if g != 0.0)
-    mg = results.get("micrograd")
     base = ref or pg
-    if mg is not None and base is not None:
+    for other in ("micrograd", "torch"):
+        mg = results.get(other)
+        if mg is None or base is None:
+            continue
         if mg[2] is not None:
-            out["micrograd"] = f"backward failed: {mg[2]}"
-        else:
-            scale = max(1.0, max(abs(g) for g in base[1]))
-            worst = max([abs(mg[0] - base[0]) / max(abs(base[0]), 1e-300)]
-                        + [abs(g1 - g2) / scale for g1, g2 in zip(mg[1], base[1])])
-            assert math.isclose(mg[0], base[0], rel_tol=1e-9), (mg[0], base[0])
-            assert worst < 1e-6, f"{plan.name}: micrograd differs from reference by {worst:.3g}"
-            out["micrograd_max_rel_diff"] = worst
-            out["micrograd_bitwise_equal"] = (bits(mg[0]) == bits(base[0]) and all(
-                bits(g1) == bits(g2) for g1, g2 in zip(mg[1], base[1])))
+            out[other] = f"backward failed: {mg[2]}"
+            continue
+        scale = max(1.0, max(abs(g) for g in base[1]))
+        worst = max([abs(mg[0] - base[0]) / max(abs(base[0]), 1e-300)]
+                    + [abs(g1 - g2) / scale for g1, g2 in zip(mg[1], base[1])])
+        assert math.isclose(mg[0], base[0], rel_tol=1e-9), (other, mg[0], base[0])
+        assert worst < 1e-6, f"{plan.name}: {other} differs from reference by {worst:.3g}"
+        out[f"{other}_max_rel_diff"] = worst
+        out[f"{other}_bitwise_equal"] = (bits(mg[0]) == bits(base[0]) and all(
+            bits(g1) == bits(g2) for g1, g2 in zip(mg[1], base[1])))
     return out
 
 
@@ -426,7 +440,7 @@ def bench_workload(plan: Any, engines: List[Engine], repeats: int,
     pg = out["engines"].get("pygrad", {})
     ratios: Dict[str, Any] = {}
     if "fwd_ns_per_op" in pg:
-        for other in ("micrograd", "reference"):
+        for other in ("micrograd", "reference", "torch"):
             o = out["engines"].get(other, {})
             for phase in ("fwd", "bwd", "total"):
                 key = f"{phase}_ns_per_op"
@@ -533,7 +547,8 @@ def markdown(results: Dict[str, Any]) -> str:
 
 
 RATIO_KEYS = ["micrograd/pygrad fwd", "micrograd/pygrad bwd",
-              "reference/pygrad fwd", "reference/pygrad bwd"]
+              "reference/pygrad fwd", "reference/pygrad bwd",
+              "torch/pygrad fwd", "torch/pygrad bwd"]
 
 
 # -- main -----------------------------------------------------------------------
@@ -544,7 +559,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     ap.add_argument("--repeats", type=int, default=None, help="repeats per engine (default 5)")
     ap.add_argument("--ops", type=int, default=None, help="ops per workload (default 200000)")
     ap.add_argument("--seed", type=int, default=20240601)
-    ap.add_argument("--engines", default="pygrad,reference,micrograd")
+    ap.add_argument("--engines", default="pygrad,reference,micrograd,torch")
     ap.add_argument("--workloads", default="chain,dag")
     ap.add_argument("--no-heap", action="store_true", help="skip the tracemalloc pass")
     ap.add_argument("--json", metavar="PATH", default=None, help="write results as JSON")

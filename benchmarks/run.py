@@ -1,0 +1,160 @@
+"""pygrad's benchmark suite: one command for every workload, engine and tier.
+
+    python benchmarks/run.py            # full run, about 8 minutes on 2 cores
+    python benchmarks/run.py --quick    # under a minute
+
+Workloads and what is compared, all side by side in one run, GC on:
+- 200k-op chain and random 200k-op DAG (bench_engine.py): pygrad eager vs
+  the reference engine, micrograd and PyTorch 0-dim float64 tensors (each
+  when installed): forward and backward apart, free cost, memory per op;
+  then the replay tier on the same graphs (bench_replay.py).
+- micrograd's moons training and a 3-class spiral softmax classifier
+  (pygrad.demo's tasks), per tier: reference, micrograd (moons only: its
+  Value has no exp/log), pygrad eager, fused and replay.  Every pygrad
+  tier's losses must equal the reference engine's bit for bit.
+It prints tables, writes JSON (--json, default benchmarks/results/latest.json)
+and, with matplotlib, a bar chart of the speedups (--png).
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any, Dict, List
+
+import bench_engine
+import bench_nn
+import bench_replay
+import pygrad
+from pygrad import demo
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def training(task: str, steps: int, repeats: int) -> Dict[str, Any]:
+    """Seconds for `steps` steps per tier (median of repeats for pygrad)."""
+    tiers: Dict[str, Any] = {}
+
+    def timed(name: str, fn: Any, n: int) -> None:
+        runs, losses = [], None
+        for _ in range(n):
+            t = time.perf_counter()
+            losses = fn()
+            runs.append(time.perf_counter() - t)
+        tiers[name] = {"seconds": statistics.median(runs), "runs": runs, "losses": losses}
+
+    timed("reference", lambda: demo.train(task, steps, engine="reference", tier="fused")["losses"], 1)
+    if task == "moons":
+        try:
+            import micrograd  # noqa: F401 - only to know whether it is there
+            timed("micrograd", lambda: bench_nn.run_micrograd(steps), 1)
+        except ImportError:
+            tiers["micrograd"] = None
+    for tier in ("eager", "fused", "replay"):
+        timed(f"pygrad {tier}", lambda t=tier: demo.train(task, steps, tier=t)["losses"], repeats)
+    ref = tiers["reference"]["losses"]
+    for name, r in tiers.items():
+        if name.startswith("pygrad"):
+            assert r["losses"] == ref, f"{task}: {name} differs from the reference engine"
+    return tiers
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, under a minute")
+    ap.add_argument("--json", default=os.path.join(HERE, "results", "latest.json"))
+    ap.add_argument("--png", default=os.path.join(HERE, "results", "speedups.png"))
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    results: Dict[str, Any] = {"python": sys.version.split()[0], "machine": platform.platform(),
+                               "cpus": os.cpu_count(), "quick": args.quick,
+                               "pygrad": pygrad.__version__}
+
+    print("# Engines: chain and DAG\n")
+    results["engine"] = bench_engine.main(["--quick"] if args.quick else [])
+
+    print("\n# Replay tier: the same graphs, compiled and re-run in C\n")
+    n_ops = 20_000 if args.quick else 200_000
+    results["replay"] = {}
+    print("| workload | C nodes | forward ns/node | backward ns/node | forward+backward ns/node |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for plan in (bench_engine.ChainPlan(n_ops), bench_engine.DagPlan(n_ops, 20240601)):
+        bench_replay.check(plan)
+        r = bench_replay.bench(plan, 3 if args.quick else 7)
+        results["replay"][plan.name] = r
+        print(f"| {plan.name} | {r['nodes']} | {r['forward_ns_per_node']:.1f} | "
+              f"{r['backward_ns_per_node']:.1f} | {r['total_ns_per_node']:.1f} |")
+
+    results["training"] = {}
+    for task, steps in (("moons", 5 if args.quick else 100), ("spiral", 5 if args.quick else 100)):
+        print(f"\n# Training: {task}, {steps} steps (GC on)\n")
+        tiers = training(task, steps, 1 if args.quick else 3)
+        results["training"][task] = {"steps": steps, "tiers": {
+            k: (None if v is None else {"seconds": v["seconds"], "runs": v["runs"]})
+            for k, v in tiers.items()}}
+        ref_s = tiers["reference"]["seconds"]
+        mg_s = tiers["micrograd"]["seconds"] if tiers.get("micrograd") else None
+        print("| tier | seconds | ms/step | × vs micrograd | × vs reference |")
+        print("| --- | ---: | ---: | ---: | ---: |")
+        for name, r in tiers.items():
+            if r is None:
+                print(f"| {name} | not installed | | | |")
+                continue
+            s = r["seconds"]
+            vs_m = f"{mg_s / s:.1f}" if mg_s else "n/a"
+            print(f"| {name} | {s:.3f} | {1e3 * s / steps:.2f} | {vs_m} | {ref_s / s:.1f} |")
+        print("\nevery pygrad tier's losses equal the reference engine's bit for bit")
+
+    results["wall_seconds"] = time.perf_counter() - t0
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump(results, f, indent=2, default=str)
+    print(f"\nwrote {args.json}")
+    chart = plot(results, args.png)
+    if chart:
+        print(f"wrote {chart}")
+    print(f"wall time {results['wall_seconds']:.1f} s")
+
+
+def plot(results: Dict[str, Any], path: str) -> str:
+    """A bar chart of speedups over the reference engine (log scale)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return ""
+    labels: List[str] = []
+    values: List[float] = []
+    for wname, w in results["engine"]["workloads"].items():
+        for phase in ("fwd", "bwd"):
+            r = w["ratios"].get(f"reference/pygrad {phase}")
+            if r:
+                labels.append(f"{wname} {phase}\n(eager)")
+                values.append(r)
+    for task, t in results["training"].items():
+        ref = t["tiers"]["reference"]["seconds"]
+        for name, r in t["tiers"].items():
+            if r and name.startswith("pygrad"):
+                labels.append(f"{task}\n{name.split()[1]}")
+                values.append(ref / r["seconds"])
+    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(labels)), 4))
+    ax.bar(range(len(values)), values, color="#4c72b0")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("× faster than the reference engine")
+    ax.set_title("pygrad speedups (same run)")
+    for i, v in enumerate(values):
+        ax.text(i, v, f"{v:.0f}×", ha="center", va="bottom", fontsize=7)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+if __name__ == "__main__":
+    main()
