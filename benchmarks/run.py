@@ -52,7 +52,7 @@ def training(task: str, steps: int, repeats: int) -> Dict[str, Any]:
             timed("micrograd", lambda: bench_nn.run_micrograd(steps), 1)
         except ImportError:
             tiers["micrograd"] = None
-    for tier in ("eager", "fused", "replay"):
+    for tier in ("eager", "fused", "replay"):   # eager: pygrad.nn with fused=False
         timed(f"pygrad {tier}", lambda t=tier: demo.train(task, steps, tier=t)["losses"], repeats)
     ref = tiers["reference"]["losses"]
     for name, r in tiers.items():
@@ -73,7 +73,9 @@ def main() -> None:
                                "pygrad": pygrad.__version__}
 
     print("# Engines: chain and DAG\n")
-    results["engine"] = bench_engine.main(["--quick"] if args.quick else [])
+    # micrograd's recursive backward needs a deep stack (see bench_engine)
+    results["engine"] = bench_engine.run_in_big_stack_thread(
+        lambda: bench_engine.main(["--quick"] if args.quick else []))
 
     print("\n# Replay tier: the same graphs, compiled and re-run in C\n")
     n_ops = 20_000 if args.quick else 200_000
