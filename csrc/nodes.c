@@ -65,8 +65,6 @@ int32_t pg_binary(uint32_t sid, int op, uint32_t a, uint32_t b) {
     return make(sid, op, 2, a, b, 0.0);
 }
 
-int32_t pg_add(uint32_t sid, uint32_t a, uint32_t b) { return make(sid, PG_OP_ADD, 2, a, b, 0.0); }
-int32_t pg_mul(uint32_t sid, uint32_t a, uint32_t b) { return make(sid, PG_OP_MUL, 2, a, b, 0.0); }
 
 int32_t pg_powk(uint32_t sid, uint32_t a, double k, int k_is_int) {
     int32_t h = make(sid, PG_OP_POWK, 1, a, 0, k);

@@ -84,8 +84,6 @@ void pg_sgd_step(const uint32_t *h, uint32_t n, double lr, double momentum,
 void pg_adam_step(const uint32_t *h, uint32_t n, double lr, double beta1, double beta2,
                   double eps, double weight_decay, double bias1, double bias2,
                   double *m, double *v);
-int32_t pg_add(uint32_t sid, uint32_t a, uint32_t b);
-int32_t pg_mul(uint32_t sid, uint32_t a, uint32_t b);
 
 /* Node fields. */
 double pg_data(uint32_t h);
