@@ -9,65 +9,66 @@
  * reached node are skipped whole, so unrelated live graphs cost little.
  *
  * The walk runs under the lock.  A node whose backward is a Python closure
- * can't run there: from that node on, the walk only records the remaining
- * order, releases the lock, and hands Python one closure at a time
+ * can't run there: then the walk only records the order, releases the
+ * lock, and the recorded rules run, handing Python one closure at a time
  * (pg_backward returns h + 1; pg_backward_resume continues).
  */
 #include <stdlib.h>
 #include "node.h"
 
 struct pg_sweep {
-    uint32_t *order;       /* the rest of the walk, once Python is involved */
+    uint32_t *order;       /* the recorded walk, parents first */
     size_t n, cap, pos;
 };
 
 static uint32_t epoch;
 
-/* A finished sweep's buffer is kept per thread for the next backward that
- * meets Python (a nested backward from a closure just makes its own). */
-static _Thread_local pg_sweep *spare;
-
-static int push(pg_sweep *s, uint32_t h) {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 1024;
-        uint32_t *p = realloc(s->order, cap * sizeof(uint32_t));
-        if (p == NULL) return 0;
-        s->order = p;
-        s->cap = cap;
-    }
-    s->order[s->n++] = h;
+static int reserve(pg_sweep *s, size_t need) {
+    if (need <= s->cap) return 1;
+    size_t cap = s->cap ? 2 * s->cap : 1024;
+    while (cap < need) cap *= 2;
+    uint32_t *p = pg_realloc(s->order, cap * sizeof(uint32_t));
+    if (p == NULL) return 0;
+    s->order = p;
+    s->cap = cap;
     return 1;
 }
 
 void pg_sweep_free(pg_sweep *s) {
     if (s == NULL) return;
-    if (spare == NULL) {
-        spare = s;
-        return;
-    }
     free(s->order);
     free(s);
 }
 
 static pg_sweep *sweep_new(void) {
-    pg_sweep *s = spare;
-    spare = NULL;
-    if (s == NULL) s = calloc(1, sizeof *s);
-    if (s != NULL) s->n = s->pos = 0;
+    pg_sweep *s = pg_malloc(sizeof *s);
+    if (s != NULL) {
+        s->order = NULL;
+        s->n = s->cap = s->pos = 0;
+    }
     return s;
 }
 
 /* Walk from root (lock held).  Returns 0 when done, or 1 with *rest set to
- * the remaining order from the first Python node on, or PG_E_NOMEM.  With
- * record_all the walk applies nothing and records every node (replay). */
+ * the order to run (Python is involved), or PG_E_NOMEM.  With record_all
+ * the walk applies nothing and records every node (replay). */
 static int walk(uint32_t root, int record_all, pg_sweep **rest) {
+    /* While any node has a Python backward, the walk only records, with
+     * room for every live node made up front: running out of memory then
+     * happens before any grad has changed. */
+    pg_sweep *s = NULL;
+    if (record_all || pg_py_backward_nodes() > 0) {
+        s = sweep_new();
+        if (s == NULL || !reserve(s, record_all ? 0 : (size_t)pg_live_nodes_locked())) {
+            pg_sweep_free(s);
+            return PG_E_NOMEM;
+        }
+    }
     if (++epoch == 0) {
         pg_reset_marks();
         epoch = 1;
     }
     const uint32_t ep = epoch;
-    pg_sweep *s = record_all ? sweep_new() : NULL;
-    if (record_all && s == NULL) return PG_E_NOMEM;
     pg_seg *seg = pg_segtab[root >> PG_SEG_BITS];
     pg_node *r = pg_N(root);
     r->mark = ep;
@@ -89,28 +90,24 @@ static int walk(uint32_t root, int record_all, pg_sweep **rest) {
                     pending++;
                 }
             }
-            if (s == NULL && (n->flags & PG_F_PY_BACKWARD)) {
-                s = sweep_new();
-                if (s == NULL) return PG_E_NOMEM;
-            }
             if (s == NULL) {
                 pg_rules[n->op].backward(n);
-            } else if (!push(s, (seg->sid << PG_SEG_BITS) | (uint32_t)i)) {
-                pg_sweep_free(s);
-                return PG_E_NOMEM;
+            } else {
+                if (!reserve(s, s->n + 1)) {
+                    pg_sweep_free(s);
+                    return PG_E_NOMEM;
+                }
+                s->order[s->n++] = (seg->sid << PG_SEG_BITS) | (uint32_t)i;
             }
-            if (--pending == 0) {
-                *rest = s;
-                return s != NULL;
-            }
+            if (--pending == 0) break;
         }
+        if (pending == 0) break;
         do seg = seg->older; while (seg != NULL && seg->reach_epoch != ep);
-        if (seg == NULL) {          /* unreachable: children are never newer */
-            *rest = s;
-            return s != NULL;
-        }
+        if (seg == NULL) break;     /* unreachable: children are never newer */
         i = (int64_t)seg->used - 1;
     }
+    *rest = s;
+    return s != NULL;
 }
 
 /* Apply the recorded order; stop at a Python node and return its h + 1. */

@@ -79,7 +79,7 @@ static int reserve(uint32_t **buf, uint32_t *cap, uint32_t need) {
     if (need <= *cap) return 1;
     uint32_t cap2 = *cap ? 2 * *cap : 256;
     while (cap2 < need) cap2 *= 2;
-    uint32_t *p = realloc(*buf, (size_t)cap2 * sizeof(uint32_t));
+    uint32_t *p = pg_realloc(*buf, (size_t)cap2 * sizeof(uint32_t));
     if (p == NULL) return 0;
     *buf = p;
     *cap = cap2;
@@ -102,17 +102,20 @@ int32_t pg_seg_new(void) {
         pg_unlock();
         return PG_E_NOMEM;
     }
-    pg_seg *seg = pool;
-    if (seg != NULL) {
-        pool = seg->next_free;
-        pool_len--;
-    } else {
-        seg = os_map(seg_bytes());
-        if (seg == NULL) {
-            free_sids[n_free_sids++] = sid;
-            pg_unlock();
-            return PG_E_NOMEM;
+    pg_seg *seg = NULL;
+    if (!pg_alloc_fails()) {
+        seg = pool;
+        if (seg != NULL) {
+            pool = seg->next_free;
+            pool_len--;
+        } else {
+            seg = os_map(seg_bytes());
         }
+    }
+    if (seg == NULL) {
+        free_sids[n_free_sids++] = sid;
+        pg_unlock();
+        return PG_E_NOMEM;
     }
     seg->used = 0;
     seg->live = 0;
@@ -249,7 +252,7 @@ uint32_t *pg_alloc_edges(uint32_t sid, uint32_t count) {
     pg_edge_chunk *c = seg->edges;
     if (c == NULL || c->cap - c->used < count) {
         uint32_t cap = count > 4096 ? count : 4096;
-        c = malloc(sizeof(pg_edge_chunk) + (size_t)cap * sizeof(uint32_t));
+        c = pg_malloc(sizeof(pg_edge_chunk) + (size_t)cap * sizeof(uint32_t));
         if (c == NULL) return NULL;
         c->used = 0;
         c->cap = cap;
@@ -403,6 +406,21 @@ uint32_t pg_take_orphans(uint32_t *out, uint32_t cap) {
     return k;
 }
 
-uint64_t pg_live_nodes(void) { return live_nodes; }
-uint32_t pg_live_segments(void) { return live_segs; }
+uint32_t pg_py_backward_nodes(void) { return n_py_backward; }
+
+uint64_t pg_live_nodes(void) {
+    pg_lock();
+    uint64_t n = live_nodes;
+    pg_unlock();
+    return n;
+}
+
+uint32_t pg_live_segments(void) {
+    pg_lock();
+    uint32_t n = live_segs;
+    pg_unlock();
+    return n;
+}
+
+uint64_t pg_live_nodes_locked(void) { return live_nodes; }
 uint32_t pg_node_size(void) { return (uint32_t)sizeof(pg_node); }

@@ -40,8 +40,6 @@ typedef struct pg_edge_chunk {
 } pg_edge_chunk;
 
 /* The header comes first so that a segment holding few nodes touches few
- * pages of its mapping. */
-/* The header comes first so that a segment holding few nodes touches few
  * pages of its mapping.  Live segments form a list in creation order, and a
  * node is created after all of its children (see pg_check_kid), so
  * (segment birth, offset) orders every graph topologically. */
@@ -89,6 +87,11 @@ static inline double *pg_function_partials(uint32_t *kids, uint32_t n) {
     return (double *)(kids + n + (n & 1));
 }
 
+/* alloc.c: the core's heap, through the pg_fail_alloc test hook. */
+int pg_alloc_fails(void);
+void *pg_malloc(size_t size);
+void *pg_realloc(void *p, size_t size);
+
 /* memory.c: the lock and node allocation, for ops.c and backward.c */
 void pg_lock(void);
 void pg_unlock(void);
@@ -103,6 +106,9 @@ int pg_handle_valid(uint32_t h);
  * PG_E_FULL if h is in a newer segment (the caller must use a newer one);
  * PG_E_ARG if h is no live node.  Lock held. */
 int pg_check_kid(uint32_t sid, uint32_t h);
+/* Live nodes, and those whose backward is a Python closure (lock held). */
+uint64_t pg_live_nodes_locked(void);
+uint32_t pg_py_backward_nodes(void);
 /* Zero every DFS mark, when the epoch counter wraps (lock held). */
 void pg_reset_marks(void);
 

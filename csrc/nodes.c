@@ -117,6 +117,7 @@ static int32_t make_nary(uint32_t sid, int op, int variant, const uint32_t *kids
 int32_t pg_linear_layer(uint32_t sid, int act, const uint32_t *params, const uint32_t *x,
                         uint32_t nin, uint32_t nout, uint32_t *out) {
     if (act < 0 || act > 3 || nout == 0 || nout > PG_SEG_NODES) return PG_E_ARG;
+    if (nin > (UINT32_MAX / nout - 1) / 2) return PG_E_ARG;    /* nout * nk fits */
     uint32_t nk = 2 * nin + 1;
     pg_lock();
     int32_t h = pg_alloc_nodes(sid, 0);

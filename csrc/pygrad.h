@@ -135,6 +135,13 @@ void pg_program_backward(pg_program *p);
 uint32_t pg_program_size(const pg_program *p);
 void pg_program_free(pg_program *p);
 
+/* Test hook: the n-th heap allocation from now fails (0 disarms), as if
+ * the system were out of memory.  Taking a pooled segment counts as an
+ * allocation.  pg_fail_alloc_pending is what is left of the countdown: 0
+ * once the failure has happened. */
+void pg_fail_alloc(uint32_t n);
+uint32_t pg_fail_alloc_pending(void);
+
 /* Accounting, for tests and benchmarks. */
 uint64_t pg_live_nodes(void);
 uint32_t pg_live_segments(void);

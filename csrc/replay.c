@@ -26,7 +26,7 @@ static int replayable(const pg_node *n) {
 
 int32_t pg_compile(uint32_t root, pg_program **out, uint32_t *bad_node) {
     *out = NULL;
-    pg_program *p = malloc(sizeof *p);
+    pg_program *p = pg_malloc(sizeof *p);
     if (p == NULL) return PG_E_NOMEM;
     int rc = pg_record_order(root, &p->order, &p->n);
     if (rc < 0) {

@@ -1,0 +1,160 @@
+"""Running out of memory in C becomes a MemoryError, and the engine stays
+usable.  ``pg_fail_alloc(n)`` makes the n-th heap allocation of the core
+fail; each scenario is run with n = 1, 2, 3, ... until it no longer reaches
+the failure, so every allocation it makes is failed once."""
+import gc
+import random
+from contextlib import contextmanager
+
+import pytest
+
+import pygrad
+from pygrad import Value, losses, nn
+from pygrad._core import lib
+
+from helpers import assert_same_doubles, micrograd_style_tanh
+
+
+@contextmanager
+def failing_allocation(n: int):
+    lib.pg_fail_alloc(n)
+    try:
+        yield
+    finally:
+        lib.pg_fail_alloc(0)
+
+
+def chain():
+    """~12k nodes over several segments; one backward."""
+    a, b = Value(0.3), Value(0.7)
+    y = a
+    for _ in range(3_000):
+        y = (y * b + 0.5).tanh()
+    y.backward()
+    return [y.data, a.grad, b.grad]
+
+
+def fused_mlp():
+    """Fused layers (their child lists are heap chunks), a loss, backward."""
+    random.seed(1)
+    model = nn.MLP(3, [8, 8, 1])
+    rng = random.Random(2)
+    xs = [[rng.uniform(-1, 1) for _ in range(3)] for _ in range(20)]
+    loss = losses.mse([model(x) for x in xs], [rng.uniform(-1, 1) for _ in xs])
+    loss.backward()
+    return [loss.data, *model.get_grad().tolist()]
+
+
+_py_tanh = micrograd_style_tanh(Value)
+
+
+def python_backward():
+    """micrograd-style custom ops: labels and Python closures."""
+    w = Value(0.4, label="w")
+    y = Value(0.1)
+    for _ in range(300):
+        y = _py_tanh(y * w + 0.2)
+    y.label = "out"
+    y.backward()
+    return [y.data, w.grad]
+
+
+class Square(pygrad.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_values
+        return (2.0 * x * grad,)
+
+
+def function_op():
+    """pygrad.Function nodes (their partials live in heap chunks)."""
+    x = Value(1.1)
+    y = x
+    for _ in range(50):
+        y = Square.apply(y * 0.9)
+    y.backward()
+    return [y.data, x.grad]
+
+
+def replay():
+    """compile (the program and its order are heap buffers) and re-run."""
+    random.seed(3)
+    model = nn.MLP(2, [4, 1], fused=False)
+    x = [Value(0.5), Value(-0.25)]
+    loss = model(x) ** 2
+    program = pygrad.compile(loss)
+    x[0].data = 0.75
+    program.forward()
+    program.backward()
+    return [loss.data, *model.get_grad().tolist()]
+
+
+SCENARIOS = [chain, fused_mlp, python_backward, function_op, replay]
+
+
+def live_nodes() -> int:
+    gc.collect()
+    Value(0.0).backward()       # later nodes start in a fresh segment
+    gc.collect()
+    return lib.pg_live_nodes()
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__)
+def test_every_allocation_failure_is_a_memory_error_and_recoverable(scenario):
+    expected = scenario()
+    before = live_nodes()
+    failures = 0
+    for n in range(1, 200):
+        with failing_allocation(n):
+            try:
+                got = scenario()
+            except MemoryError as e:
+                assert "out of memory" in str(e)
+                assert lib.pg_fail_alloc_pending() == 0
+                failures += 1
+            else:
+                # A run that got past its n-th allocation must have raised.
+                assert lib.pg_fail_alloc_pending() > 0, f"allocation {n} failed silently"
+                assert_same_doubles(got, expected, f"{scenario.__name__} with {n} armed")
+                break
+        # The next run, with memory back, gives the exact same numbers.
+        assert_same_doubles(scenario(), expected, f"{scenario.__name__} after failing #{n}")
+    else:
+        pytest.fail("the scenario never ran past the armed failure")
+    assert failures >= 2
+    assert live_nodes() == before
+
+
+def test_a_failed_backward_leaves_every_grad_untouched():
+    """While Python backwards exist, backward() reserves its whole order
+    before it changes any grad."""
+    def build():
+        w = Value(0.5)
+        return w, _py_tanh(w * 3.0) * w
+    w, y = build()
+    w_ctl, y_ctl = build()
+    y.backward()
+    y_ctl.backward()
+    # backward() first opens a fresh segment (allocation 1), then reserves
+    # its sweep (allocation 2).
+    for n in (1, 2):
+        with failing_allocation(n):
+            with pytest.raises(MemoryError):
+                y.backward()
+        assert w.grad == w_ctl.grad
+    y.backward()
+    y_ctl.backward()
+    assert w.grad == w_ctl.grad
+
+
+def test_segment_exhaustion_by_the_allocator_is_a_memory_error():
+    with failing_allocation(1):
+        with pytest.raises(MemoryError, match="out of memory"):
+            for _ in range(2 * lib.PG_SEG_NODES):
+                Value(1.0) + 1.0
+    assert (Value(2.0) * 3.0).data == 6.0
