@@ -41,7 +41,9 @@ def compile_args() -> "list[str]":
         return ["/O2", "/fp:precise", "/std:c11"]
     args = ["-std=c11", "-O2", "-fno-fast-math", "-ffp-contract=off"]
     if os.environ.get("PYGRAD_SANITIZE") == "1":
-        args += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]
+        # -O1 keeps stack traces readable; no recovery, so any report fails the run.
+        args += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                 "-fno-omit-frame-pointer", "-O1", "-g"]
     return args
 
 
