@@ -10,6 +10,7 @@ from pygrad._core import lib
 from pygrad._lifetime import extras
 
 from helpers import micrograd_style_tanh
+from training import moons_model, train_moons
 
 
 def live() -> int:
@@ -118,58 +119,23 @@ def test_a_kept_leaf_does_not_keep_later_graphs():
 
 # -- long training runs hold flat memory ---------------------------------------
 
-def _moons_minibatch_training(steps: int, tier: str, checkpoints) -> dict:
-    """micrograd's moons MLP trained by SGD on random minibatches of 10,
-    rebuilding the graph every step (eager: one node per op) or replaying
-    one compiled graph with new inputs (replay).  Returns (live C nodes,
-    RSS MiB) at each checkpoint step, and the losses."""
-    import pygrad
-    from pygrad import data, losses, nn, optim
-
-    random.seed(0)
-    X, y = data.make_moons(100, noise=0.1, seed=0)
-    labels = data.signed_labels(y)
-    model = nn.MLP(2, [16, 16, 1], fused=tier != "eager")
-    opt = optim.SGD(model.parameters(), lr=0.05)
-    rng = random.Random(1)
-    batch = 10
-    if tier == "replay":
-        xs = data.to_values(X[:batch])
-        targets = [Value(t) for t in labels[:batch]]
-        inputs = pygrad.Inputs([v for row in xs for v in row] + targets)
-        scores = [model(x) for x in xs]
-        loss = pygrad.sum([(1 + -t * s).relu() for t, s in zip(targets, scores)]) * (1.0 / batch)
-        program = pygrad.compile(loss)
-    samples, history = {}, []
-    for step in range(1, steps + 1):
-        idx = rng.sample(range(len(X)), batch)
-        if tier == "replay":
-            inputs.set(list(X[idx].ravel()) + list(labels[idx]))
-            history.append(program.forward())
-            opt.zero_grad()
-            program.backward()
-        else:
-            scores = [model(x) for x in data.to_values(X[idx])]
-            loss = losses.svm_hinge(scores, labels[idx], model.parameters(), alpha=1e-4)
-            opt.zero_grad()
-            loss.backward()
-            history.append(loss.data)
-        opt.step()
-        if step in checkpoints:
-            samples[step] = (live(), rss_mib())
-    return {"samples": samples, "losses": history}
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("tier", ["eager", "replay"])
 def test_2000_training_steps_hold_flat_memory(tier):
-    run = _moons_minibatch_training(2_000, tier, checkpoints=(200, 2_000))
-    nodes_200, rss_200 = run["samples"][200]
-    nodes_2000, rss_2000 = run["samples"][2_000]
+    """micrograd's moons MLP, 2,000 SGD steps on minibatches of 10: the live
+    C nodes and the resident memory after step 2,000 are those after 200."""
+    samples = {}
+
+    def sample(step: int) -> None:
+        if step in (200, 2_000):
+            samples[step] = (live(), rss_mib())
+    losses, _ = train_moons(moons_model(0, tier), 0, tier, steps=2_000, batch=10,
+                            after_step=sample)
+    nodes_200, rss_200 = samples[200]
+    nodes_2000, rss_2000 = samples[2_000]
     assert nodes_2000 == nodes_200
     assert abs(rss_2000 - rss_200) < 0.05 * rss_200, (rss_200, rss_2000)
-    first, last = run["losses"][:100], run["losses"][-100:]
-    assert sum(last) < sum(first)          # it really trained
+    assert sum(losses[-100:]) < sum(losses[:100])        # it really trained
 
 
 # -- a graph of 10 million nodes ------------------------------------------------

@@ -1,9 +1,14 @@
 """Threads building and backpropagating their own graphs at once (cffi
 drops the GIL around every C call, so the C core must hold its own)."""
 import random
+import sys
 import threading
 
+import pytest
+
 from pygrad import Value
+
+from training import TIERS, moons_model, train_moons
 
 
 def train(seed: int, steps: int = 15, width: int = 400):
@@ -63,3 +68,31 @@ def test_a_graph_built_in_one_thread_backprops_in_another():
     ref.backward()
     assert (a.grad, b.grad) == (expected_a.grad, expected_b.grad)
     assert built.data == ref.data
+
+
+@pytest.fixture
+def frequent_thread_switches():
+    """Switch threads as often as CPython allows, to interleave more."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(old)
+
+
+def train_new_model(seed: int, tier: str):
+    return train_moons(moons_model(seed, tier), seed, tier, steps=30)
+
+
+def test_four_threads_train_their_own_models_bit_identically(frequent_thread_switches):
+    jobs = list(enumerate(["eager", "fused", "replay", "fused"]))
+    serial = [train_new_model(seed, tier) for seed, tier in jobs]
+    parallel = run_in_threads(train_new_model, jobs)
+    assert parallel == serial
+    assert all(sum(h[-5:]) < sum(h[:5]) for h, _ in serial)     # they really trained
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_model_built_in_one_thread_trains_in_another(tier):
+    expected = train_new_model(7, tier)
+    model = run_in_threads(moons_model, [(7, tier)])[0]
+    assert run_in_threads(train_moons, [(model, 7, tier, 30)])[0] == expected
