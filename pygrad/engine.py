@@ -109,6 +109,15 @@ def _make_function(data: float, kids: Any, partials: Any, n: int, name: str) -> 
     return out
 
 
+def _not_a_number(other: Any) -> Any:
+    """NotImplemented for an operand that is no number (Python then raises
+    its TypeError), or a clearer TypeError for a Value of another engine."""
+    if hasattr(other, "_prev") and hasattr(other, "grad"):
+        raise TypeError(f"cannot mix a pygrad.Value (C engine) with a {type(other).__module__}."
+                        f"{type(other).__qualname__} of another engine in one graph")
+    return NotImplemented
+
+
 def _binary(op: int, reflected: bool, doc: str) -> Callable[["Value", Any], "Value"]:
     """An arithmetic dunder: Value (op) Value, Value (op) number, number (op) Value.
 
@@ -129,7 +138,7 @@ def _binary(op: int, reflected: bool, doc: str) -> Callable[["Value", Any], "Val
         else:
             k = other if type(other) is float else real_or_none(other)
             if k is None:
-                return NotImplemented
+                return _not_a_number(other)
             h = binary_k(seg.sid, op, self._h, k, k_first)
             if h < 0:
                 seg, h = _retry(h, seg, binary_k, (op, self._h, k, k_first))
@@ -202,7 +211,8 @@ class Value:
         kids = tuple(_children)
         for c in kids:
             if not isinstance(c, Value):
-                raise TypeError(f"Value _children must be Values, not {type(c).__name__}")
+                raise TypeError("Value _children must be pygrad.Values (C engine), not "
+                                f"{type(c).__module__}.{type(c).__qualname__}")
         if not isinstance(_op, str) or not isinstance(label, str):
             raise TypeError("Value _op and label must be str")
         seg = _seg or _current_segment()
@@ -363,7 +373,7 @@ class Value:
             return self._pow_value(other)
         k = real_or_none(other)
         if k is None:
-            return NotImplemented
+            return _not_a_number(other)
         t = type(other)
         is_int = 0 if t is float else 1 if t is int or isinstance(other, numbers.Integral) else 0
         return _create(lib.pg_powk, self._h, k, is_int)

@@ -79,3 +79,20 @@ def test_a_failing_python_backward_leaves_the_engine_usable():
     z = x * x
     z.backward()
     assert x.grad == 4.0
+
+
+# -- Values of another engine (lead's engine.py checks) -------------------------
+
+@pytest.mark.parametrize("expr", ["a + r", "r + a", "a * r", "r * a", "a - r", "r - a",
+                                  "a / r", "r / a", "a ** r", "r ** a"])
+def test_mixing_engines_in_an_operator_names_both_engines(expr):
+    a, r = Value(1.5), RefValue(2.0)
+    with pytest.raises(TypeError, match="cannot mix a pygrad.Value .C engine. with a "
+                                        "pygrad.reference.Value"):
+        eval(expr)
+    assert (a * 2.0).data == 3.0
+
+
+def test_children_of_another_engine_are_named():
+    with pytest.raises(TypeError, match="pygrad.reference.Value"):
+        Value(1.0, (RefValue(2.0),), "op")
