@@ -15,6 +15,23 @@ def micrograd_style_tanh(V):
     return tanh
 
 
+def square_function():
+    """x * x as a pygrad.Function (its partial 2x is captured at forward time)."""
+    from pygrad import Function
+
+    class Square(Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_values
+            return (2.0 * x * grad,)
+    return Square
+
+
 # -- bit-exact comparison of doubles ------------------------------------------
 
 def bits(x: float) -> bytes:

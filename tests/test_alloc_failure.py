@@ -12,7 +12,7 @@ import pygrad
 from pygrad import Value, losses, nn
 from pygrad._core import lib
 
-from helpers import assert_same_doubles, micrograd_style_tanh
+from helpers import assert_same_doubles, micrograd_style_tanh, square_function
 
 
 @contextmanager
@@ -59,16 +59,7 @@ def python_backward():
     return [y.data, w.grad]
 
 
-class Square(pygrad.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_values
-        return (2.0 * x * grad,)
+Square = square_function()
 
 
 def function_op():

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import pygrad
-from pygrad import Function, Value, data, losses, nn, optim
+from pygrad import Value, data, losses, nn, optim
 from pygrad.reference import Value as RefValue
 
-from helpers import assert_same_doubles, micrograd_style_tanh
+from helpers import assert_same_doubles, micrograd_style_tanh, square_function
 
 
 def build(V, xs):
@@ -121,16 +121,7 @@ def test_python_backward_nodes_refuse_to_compile():
 
 
 def test_function_nodes_refuse_to_compile():
-    class Square(Function):
-        @staticmethod
-        def forward(ctx, a):
-            ctx.save_for_backward(a)
-            return a * a
-
-        @staticmethod
-        def backward(ctx, g):
-            return (2 * ctx.saved_values[0] * g,)
-
+    Square = square_function()
     with pytest.raises(ValueError, match="Function"):
         pygrad.compile(Square.apply(Value(3.0)) + 1.0)
 
