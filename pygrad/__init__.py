@@ -12,5 +12,16 @@ from .functional import dot, logsumexp, sum
 from .gradcheck import GradcheckResult, gradcheck
 from .replay import Inputs, Program, compile
 
+_SUBMODULES = ("nn", "optim", "losses", "data", "viz")
+
+
+def __getattr__(name: str) -> object:
+    """``pygrad.nn`` and the other submodules load on first use (PEP 562)."""
+    if name in _SUBMODULES:
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = ["Value", "dot", "sum", "logsumexp", "Function", "Context", "gradcheck",
            "GradcheckResult", "compile", "Program", "Inputs", "reference", "__version__"]

@@ -196,18 +196,18 @@ def narrow_claims(fn: Callable[[], None], skip: BackwardHolder) -> None:
     defaults, and one level into tuples, lists and sets) to their own nodes.
     Values it reaches any other way keep claiming their whole segment, which
     holds memory longer but is never unsafe."""
-    from .engine import Value
     found = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())
              if _cell_is_set(c)]
     found.extend(getattr(fn, "__defaults__", None) or ())
     for obj in found:
         for v in obj if isinstance(obj, (tuple, list, set, frozenset)) else (obj,):
-            if isinstance(v, Value):
-                claim = v._s
-                if isinstance(claim, Segment):
-                    v._s = NodePin(v._h)
-                elif isinstance(claim, BackwardHolder) and claim is not skip:
-                    claim.narrow()
+            # A C Value is known by its claim: importing engine here could
+            # fail, since this runs from finalizers, also at interpreter exit.
+            claim = getattr(v, "_s", None)
+            if isinstance(claim, Segment):
+                v._s = NodePin(v._h)
+            elif isinstance(claim, BackwardHolder) and claim is not skip:
+                claim.narrow()
 
 
 def _cell_is_set(cell: Any) -> bool:

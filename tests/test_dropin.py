@@ -203,3 +203,17 @@ def test_deep_chain_of_a_million_nodes_backprops():
     assert x.data == 1_000_000.0
     assert w.grad == 1_000_000.0
 
+
+
+def test_submodules_load_on_first_use(tmp_path):
+    import subprocess
+    import sys
+    code = ("import pygrad, sys\n"
+            "assert 'pygrad.nn' not in sys.modules\n"
+            "print(pygrad.nn.MLP.__name__, pygrad.optim.SGD.__name__, pygrad.losses.mse.__name__,"
+            " pygrad.data.make_moons.__name__, pygrad.viz.trace.__name__)\n"
+            "try:\n    pygrad.no_such_thing\nexcept AttributeError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=tmp_path)     # not the uncompiled source tree
+    assert out.stdout.split("\n")[:2] == [
+        "MLP SGD mse make_moons trace", "module 'pygrad' has no attribute 'no_such_thing'"]

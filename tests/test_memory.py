@@ -156,3 +156,17 @@ def test_a_10_million_node_graph_builds_backprops_and_frees():
     assert w.grad == pytest.approx(4.0, rel=1e-12)
     del y
     assert live() == before
+
+
+def test_exit_with_live_python_backwards_is_silent(tmp_path):
+    """Finalizers that run while the interpreter shuts down need no imports."""
+    import subprocess
+    script = tmp_path / "exit.py"
+    script.write_text("from pygrad import Value\n"
+                      "x = Value(0.5)\n"
+                      "out = Value(1.0, (x,), 'op')\n"
+                      "out._backward = lambda: None\n"
+                      "y = out * 2\n")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
