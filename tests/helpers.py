@@ -58,3 +58,51 @@ def assert_same_doubles(got, expected, what: str = "value") -> None:
     assert len(got) == len(expected), f"{what}: {len(got)} != {len(expected)} entries"
     for i, (a, b) in enumerate(zip(got, expected)):
         assert same_double(a, b), f"{what}[{i}]: {show(a)} != {show(b)}"
+
+
+# -- Markdown code blocks (README.md, docs/*.md) ------------------------------
+
+def python_blocks(markdown: str) -> "list[str]":
+    """The bodies of the ```python fenced blocks of a Markdown text, in order."""
+    import re
+    return re.findall(r"^```python\n(.*?)^```[ \t]*$", markdown, re.S | re.M)
+
+
+def run_blocks(blocks, filename: str, namespace=None) -> dict:
+    """Run code blocks in order in one namespace (a new one by default).
+
+    A line with a ``print(...)`` call that ends in a ``# -> text`` comment
+    must print exactly ``text``; the blocks' other output goes to stdout.
+    Returns the namespace."""
+    import builtins
+    import io
+    import re
+    ns = {"__name__": "__docs__"} if namespace is None else namespace
+    for i, code in enumerate(blocks):
+        name = f"{filename}, block {i}"
+        expected = {}
+        for lineno, line in enumerate(code.splitlines(), 1):
+            m = re.search(r"\bprint\(.*\)\s*# -> (.*)$", line)
+            if m:
+                expected[lineno] = m.group(1).rstrip()
+        printed: "dict[int, list[str]]" = {}
+
+        def doc_print(*args, _name=name, _printed=printed, **kwargs):
+            frame = __import__("sys")._getframe(1)
+            if frame.f_code.co_filename == _name and kwargs.get("file") is None:
+                buf = io.StringIO()
+                builtins.print(*args, **kwargs, file=buf)
+                _printed.setdefault(frame.f_lineno, []).append(buf.getvalue())
+                builtins.print(buf.getvalue(), end="")
+            else:
+                builtins.print(*args, **kwargs)
+
+        ns["print"] = doc_print
+        try:
+            exec(compile(code, name, "exec"), ns)
+        finally:
+            ns.pop("print", None)
+        for lineno, text in expected.items():
+            got = "".join(printed.get(lineno, [])).rstrip("\n")
+            assert got == text, f"{name}, line {lineno}: printed {got!r}, the comment says {text!r}"
+    return ns
