@@ -177,7 +177,11 @@ class BackwardHolder:
             self.extra.backward = fn
             narrow_claims(fn, self)
         del fn
-        pending = _release(self.sid) if self.sid is not None else _unref(self.h)
+        # The garbage collector may finalize this holder before a parent's
+        # holder narrows it (both in one cycle): with sid None, narrow()
+        # then finds nothing left to release.
+        sid, self.sid = self.sid, None
+        pending = _release(sid) if sid is not None else _unref(self.h)
         if pending > 0:
             _drain()
 

@@ -170,3 +170,49 @@ def test_exit_with_live_python_backwards_is_silent(tmp_path):
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          cwd=tmp_path)
     assert run.returncode == 0 and run.stderr == "", run.stderr
+
+
+def _custom_chain(n: int, kids=None):
+    """n micrograd-style custom ops, each over the one before."""
+    def custom(kids):
+        out = Value(1.0, kids, "custom")
+
+        def _backward():
+            for k in kids:
+                k.grad += out.grad
+        out._backward = _backward
+        return out
+    v = kids if kids is not None else Value(0.5)
+    for _ in range(n):
+        v = custom((v,))
+    return v
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_dropping_a_chain_of_custom_ops_leaves_the_allocator_usable(n):
+    """Found by the fuzzer: the garbage collector finalized a closure's
+    holder before a parent's holder narrowed it, which released its segment
+    claim twice; the allocator's own segment was then freed under it."""
+    Value(0.0).backward()
+    before = live()
+    _custom_chain(n)
+    y = Value(2.0) * 3.0
+    y.backward()
+    assert y.data == 6.0
+    del y
+    Value(0.0).backward()
+    assert live() == before
+
+
+def test_custom_ops_backpropagated_then_extended_are_all_freed():
+    """Found by the fuzzer: two nodes stayed pinned forever."""
+    Value(0.0).backward()
+    before = live()
+
+    def case():
+        top = _custom_chain(2)
+        top.backward()
+        _custom_chain(1, top)
+    case()
+    Value(0.0).backward()
+    assert live() == before
