@@ -519,7 +519,10 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(i=picks, field=st.sampled_from(["data", "grad"]), x=numbers)
     def mutate(self, i, field, x):
         c, r, _ = self.pick(i)
-        both(lambda: setattr(c, field, x), lambda: setattr(r, field, x))
+        # The C engine stores a double (README: "data is stored as a C
+        # double"); the reference Value's fields are plain attributes, as
+        # micrograd's are, and would keep an np.float32 or a Fraction as is.
+        both(lambda: setattr(c, field, x), lambda: setattr(r, field, float(x)))
 
     # -- replay ------------------------------------------------------------------------
 
