@@ -1,6 +1,6 @@
 """What counts as a number for a Value, shared by both engines.
 
-int, float, bool, fractions/decimals (numbers.Real) and numpy real scalars
+int, float, bool, fractions (numbers.Real) and numpy real scalars
 (and 0-d arrays) are numbers; str, None, complex, lists and the like are not.
 """
 import numbers
@@ -39,6 +39,34 @@ def to_real(x: Any, what: str = "Value data") -> float:
     """``float(x)`` for a real number, else a TypeError that names the type."""
     v = real_or_none(x)
     if v is None:
-        raise TypeError(f"{what} must be a real number (int, float, bool or numpy "
-                        f"scalar), not {type(x).__name__}: {x!r}")
+        raise not_a_number(x, f"{what} must be a real number (int, float, bool or numpy "
+                              f"scalar), not {type(x).__name__}: {x!r}")
     return v
+
+
+def not_a_number(x: Any, message: str) -> TypeError:
+    """The TypeError for a non-number x: when x is a Value (of the engine
+    that could not take it), one that says engines can't be mixed."""
+    if hasattr(x, "_prev") and hasattr(x, "grad"):
+        return TypeError(f"cannot mix Values of different engines in one graph: got a "
+                         f"{type(x).__module__}.{type(x).__qualname__} ({message})")
+    return TypeError(message)
+
+
+def to_setting(x: Any, what: str, minimum: float = 0.0, below: Optional[float] = None) -> float:
+    """A finite real number >= minimum (and < below), for a hyperparameter
+    such as a learning rate; else a TypeError or ValueError naming it."""
+    v = to_real(x, what)
+    if not (minimum <= v < (below if below is not None else float("inf"))):
+        bound = f"in [{minimum:g}, {below:g})" if below is not None else f"finite and >= {minimum:g}"
+        raise ValueError(f"{what} must be {bound}, not {x!r}")
+    return v
+
+
+def to_size(x: Any, what: str, minimum: int = 1) -> int:
+    """An int >= minimum, for a size or count; else a TypeError or ValueError."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{what} must be an int, not {type(x).__name__}: {x!r}")
+    if x < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, not {x!r}")
+    return int(x)

@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 
 from . import engine
 from ._core import ffi, lib
-from ._numbers import real_or_none
+from ._numbers import not_a_number, real_or_none
 from .engine import Value
 
 __all__ = ["dot", "sum", "logsumexp", "ACTIVATIONS"]
@@ -22,7 +22,7 @@ def _as_value(v: object, what: str) -> Value:
         return v
     k = real_or_none(v)
     if k is None:
-        raise TypeError(f"{what} must be Values or numbers, not {type(v).__name__}")
+        raise not_a_number(v, f"{what} must be Values or numbers, not {type(v).__name__}")
     return Value(k)
 
 

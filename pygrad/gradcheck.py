@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence
 
 from . import engine
-from ._numbers import to_real
+from ._numbers import to_real, to_setting
 
 __all__ = ["gradcheck", "GradcheckResult"]
 
@@ -40,7 +40,16 @@ def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
     ``|analytic - numeric| <= atol + rtol * |numeric|`` for every input.
     ``value_type`` picks the engine (default: pygrad.Value)."""
     V = value_type or engine.Value
-    xs = [to_real(x.data if hasattr(x, "data") else x, "gradcheck input") for x in inputs]
+    if not callable(f):
+        raise TypeError(f"gradcheck's f must be callable, not {type(f).__name__}")
+    if isinstance(inputs, (str, bytes)) or not hasattr(inputs, "__iter__"):
+        raise TypeError(f"gradcheck's inputs must be a sequence of numbers, not {inputs!r}")
+    eps = to_setting(eps, "eps")
+    atol, rtol = to_setting(atol, "atol"), to_setting(rtol, "rtol")
+    if eps == 0.0:
+        raise ValueError("eps must be > 0")
+    # A Value's data; numpy scalars have a .data (a memoryview) of their own.
+    xs = [to_real(x.data if hasattr(x, "_prev") else x, "gradcheck input") for x in inputs]
     if not xs:
         raise ValueError("gradcheck needs at least one input")
 

@@ -31,6 +31,9 @@ def _mean(terms: List[Any]) -> Any:
 
 def _pairs(a: Sequence[Any], b: Sequence[Any], what: str) -> List[Any]:
     a, b = list(a), list(b)
+    for p in a:
+        if not hasattr(p, "_prev") and not isinstance(p, (list, tuple)):   # a batch's rows
+            raise TypeError(f"{what}: predictions must be Values, not {type(p).__name__}: {p!r}")
     if len(a) != len(b):
         raise ValueError(f"{what}: {len(a)} predictions but {len(b)} targets")
     return list(zip(a, b))

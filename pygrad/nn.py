@@ -26,6 +26,7 @@ from . import engine as _engine
 from . import functional as _functional
 from . import reference as _reference
 from ._core import ffi, lib
+from ._numbers import to_size
 
 __all__ = ["Module", "Neuron", "Layer", "MLP"]
 
@@ -129,6 +130,7 @@ class Neuron(Module):
 
     def __init__(self, nin: int, nonlin: bool = True, fused: bool = True,
                  engine: str = "c") -> None:
+        nin = to_size(nin, "nin")
         Value, self._dot = _engine_of(engine)
         self.w = [Value(random.uniform(-1, 1)) for _ in range(nin)]
         self.b = Value(0)
@@ -153,8 +155,9 @@ class Layer(Module):
     whole layer is one C call."""
 
     def __init__(self, nin: int, nout: int, **kwargs: Any) -> None:
-        self.neurons = [Neuron(nin, **kwargs) for _ in range(nout)]
+        self.neurons = [Neuron(nin, **kwargs) for _ in range(to_size(nout, "nout"))]
         self._param_handles: Any = None
+        self._param_values: List[Any] = []
 
     def __call__(self, x: Sequence[Any]) -> Any:
         n0 = self.neurons[0]
@@ -166,7 +169,10 @@ class Layer(Module):
 
     def _fused_c(self, x: Sequence[Any]) -> List[Any]:
         if self._param_handles is None:
-            self._param_handles = _handles([p for n in self.neurons for p in [n.b] + n.w])
+            # The Values are kept with their handles, so that the nodes stay
+            # alive even if a neuron's list is changed behind the cache.
+            self._param_values = [p for n in self.neurons for p in [n.b] + n.w]
+            self._param_handles = _handles(self._param_values)
         xs = [v if isinstance(v, _engine.Value) else _engine.Value(v) for v in x]
         nin = len(self.neurons[0].w)
         if len(xs) != nin:
@@ -188,7 +194,11 @@ class MLP(Module):
     """Layers of sizes ``[nin] + nouts``; ReLU on all but the last."""
 
     def __init__(self, nin: int, nouts: Sequence[int], **kwargs: Any) -> None:
-        sz = [nin] + list(nouts)
+        if isinstance(nouts, (str, bytes)) or not hasattr(nouts, "__iter__"):
+            raise TypeError(f"MLP nouts must be a list of layer sizes, not {nouts!r}")
+        sz = [to_size(nin, "nin")] + [to_size(n, "each of nouts") for n in nouts]
+        if len(sz) < 2:
+            raise ValueError("MLP nouts must name at least one layer")
         self.layers = [Layer(sz[i], sz[i + 1], nonlin=i != len(nouts) - 1, **kwargs)
                        for i in range(len(nouts))]
         # New graph nodes start in a fresh segment, so that these long-lived

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import engine
 from ._core import ffi, lib
-from ._numbers import to_real
+from ._numbers import to_real, to_setting
 
 __all__ = ["Optimizer", "SGD", "Adam"]
 
@@ -31,12 +31,16 @@ class Optimizer:
         if not self.params:
             raise ValueError("optimizer got no parameters")
         if not callable(lr):
-            lr = to_real(lr, "lr")
+            lr = to_setting(lr, "lr")
         self.lr = lr
         self.steps = 0
+        for p in self.params:
+            if not (hasattr(p, "data") and hasattr(p, "grad") and hasattr(p, "_prev")):
+                raise TypeError(f"optimizer parameters must be Values, not {type(p).__name__}: {p!r}")
         is_c = [isinstance(p, engine.Value) for p in self.params]
         if any(is_c) and not all(is_c):
-            raise TypeError("optimizer parameters must all come from the same engine")
+            raise TypeError("optimizer parameters must all come from the same engine: cannot "
+                            "mix pygrad.Values (C engine) with Values of another engine")
         self._handles = (ffi.new("uint32_t[]", [p._h for p in self.params])
                          if all(is_c) else None)
 
@@ -46,7 +50,7 @@ class Optimizer:
 
     def current_lr(self) -> float:
         """The learning rate the next ``step()`` uses."""
-        return to_real(self.lr(self.steps), "lr schedule's value") if callable(self.lr) else self.lr
+        return to_setting(self.lr(self.steps), "lr schedule's value") if callable(self.lr) else self.lr
 
     def zero_grad(self) -> None:
         """Set every parameter's grad to 0."""
@@ -72,10 +76,8 @@ class SGD(Optimizer):
     def __init__(self, params: Iterable[Any], lr: LearningRate = 0.01, momentum: float = 0.0,
                  weight_decay: float = 0.0) -> None:
         super().__init__(params, lr)
-        self.momentum = to_real(momentum, "momentum")
-        self.weight_decay = to_real(weight_decay, "weight_decay")
-        if self.momentum < 0 or self.weight_decay < 0:
-            raise ValueError("momentum and weight_decay must be >= 0")
+        self.momentum = to_setting(momentum, "momentum")
+        self.weight_decay = to_setting(weight_decay, "weight_decay")
         self.velocity, self._velocity_c = self._state()
 
     def _step(self, lr: float) -> None:
@@ -100,11 +102,13 @@ class Adam(Optimizer):
                  betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0) -> None:
         super().__init__(params, lr)
-        self.beta1, self.beta2 = (to_real(b, "betas") for b in betas)
-        self.eps = to_real(eps, "eps")
-        self.weight_decay = to_real(weight_decay, "weight_decay")
-        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1) or self.eps <= 0:
-            raise ValueError("Adam needs 0 <= betas < 1 and eps > 0")
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise TypeError(f"betas must be a pair of numbers, not {betas!r}")
+        self.beta1, self.beta2 = (to_setting(b, "each of betas", 0.0, 1.0) for b in betas)
+        self.eps = to_setting(eps, "eps")
+        if self.eps == 0.0:
+            raise ValueError("eps must be > 0")
+        self.weight_decay = to_setting(weight_decay, "weight_decay")
         self.m, self._m_c = self._state()
         self.v, self._v_c = self._state()
 

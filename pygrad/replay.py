@@ -26,6 +26,7 @@ from typing import Any, Iterable, List
 import numpy as np
 
 from ._core import ffi, lib
+from ._numbers import not_a_number
 from ._lifetime import extras
 from .engine import Value
 
@@ -39,7 +40,8 @@ class Program:
 
     def __init__(self, root: Value) -> None:
         if not isinstance(root, Value):
-            raise TypeError(f"compile needs a pygrad.Value (C engine), not {type(root).__name__}")
+            raise not_a_number(root, f"compile needs a pygrad.Value (C engine), not "
+                                     f"{type(root).__name__}")
         out = ffi.new("pg_program **")
         bad = ffi.new("uint32_t *")
         rc = lib.pg_compile(root._h, out, bad)
@@ -94,7 +96,8 @@ class Inputs:
         self.values: List[Value] = list(values)
         for v in self.values:
             if not isinstance(v, Value):
-                raise TypeError(f"Inputs takes pygrad.Values, not {type(v).__name__}")
+                raise not_a_number(v, f"Inputs takes pygrad.Values (C engine), not "
+                                      f"{type(v).__name__}")
         self._handles = ffi.new("uint32_t[]", [v._h for v in self.values])
 
     def set(self, data: Any) -> None:

@@ -39,6 +39,8 @@ def trace(root: Node) -> Tuple[List[Node], List[Edge]]:
     ``id``); ``edges`` as ``(child, parent)`` pairs, one per element of
     each ``parent._prev``.  Iterative, so any depth works.
     """
+    if not hasattr(root, "_prev"):
+        raise TypeError(f"trace needs a Value, not {type(root).__name__}: {root!r}")
     nodes: List[Node] = []
     edges: List[Edge] = []
     seen: Set[int] = set()

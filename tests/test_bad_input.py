@@ -96,3 +96,158 @@ def test_mixing_engines_in_an_operator_names_both_engines(expr):
 def test_children_of_another_engine_are_named():
     with pytest.raises(TypeError, match="pygrad.reference.Value"):
         Value(1.0, (RefValue(2.0),), "op")
+
+
+# -- every public constructor and function -------------------------------------
+
+import math  # noqa: E402
+
+import pygrad  # noqa: E402
+from pygrad import data, losses, nn, optim, viz  # noqa: E402
+
+
+def engine_still_works():
+    """A tiny graph, built and backpropagated, with its exact result."""
+    a, b = Value(2.0), Value(-3.0)
+    y = (a * b + a ** 2).tanh()
+    y.backward()
+    assert (y.data, a.grad) == (math.tanh(-2.0), (1 - math.tanh(-2.0) ** 2) * (-3.0 + 4.0))
+
+
+BAD_SIZES = [("x", TypeError, "must be an int"), (None, TypeError, "must be an int"),
+             (2.5, TypeError, "must be an int"), (math.nan, TypeError, "must be an int"),
+             (True, TypeError, "must be an int"), (0, ValueError, ">= 1"),
+             (-3, ValueError, ">= 1")]
+
+
+@pytest.mark.parametrize("bad, err, msg", BAD_SIZES)
+@pytest.mark.parametrize("make", [lambda n: nn.Neuron(n), lambda n: nn.Layer(n, 2),
+                                  lambda n: nn.Layer(2, n), lambda n: nn.MLP(n, [2]),
+                                  lambda n: nn.MLP(2, [4, n])],
+                         ids=["Neuron nin", "Layer nin", "Layer nout", "MLP nin", "MLP nouts"])
+def test_nn_sizes_are_positive_ints(make, bad, err, msg):
+    with pytest.raises(err, match=msg):
+        make(bad)
+    engine_still_works()
+
+
+@pytest.mark.parametrize("nouts, err, msg", [([], ValueError, "at least one layer"),
+                                             ("ab", TypeError, "list of layer sizes"),
+                                             (None, TypeError, "list of layer sizes")])
+def test_mlp_nouts_is_a_nonempty_list(nouts, err, msg):
+    with pytest.raises(err, match=msg):
+        nn.MLP(2, nouts)
+
+
+@pytest.mark.parametrize("kind", ["SGD", "Adam"])
+@pytest.mark.parametrize("setting", ["lr", "weight_decay"])
+@pytest.mark.parametrize("bad, err", [("x", TypeError), (None, TypeError), (1j, TypeError),
+                                      (math.nan, ValueError), (math.inf, ValueError),
+                                      (-0.1, ValueError)])
+def test_optimizer_settings_are_finite_and_nonnegative(kind, setting, bad, err):
+    with pytest.raises(err, match=setting):
+        getattr(optim, kind)([Value(1.0)], **{setting: bad})
+
+
+@pytest.mark.parametrize("kwargs, msg", [({"momentum": -1}, "momentum"),
+                                         ({"momentum": math.nan}, "momentum")])
+def test_sgd_momentum_is_checked(kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        optim.SGD([Value(1.0)], lr=0.1, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, err, msg", [({"betas": (0.9, 1.0)}, ValueError, "betas"),
+                                              ({"betas": (-0.1, 0.9)}, ValueError, "betas"),
+                                              ({"betas": 0.9}, TypeError, "pair"),
+                                              ({"eps": 0.0}, ValueError, "eps"),
+                                              ({"eps": math.inf}, ValueError, "eps")])
+def test_adam_settings_are_checked(kwargs, err, msg):
+    with pytest.raises(err, match=msg):
+        optim.Adam([Value(1.0)], **kwargs)
+
+
+def test_a_schedule_returning_nan_is_refused_at_step():
+    p = Value(1.0)
+    opt = optim.SGD([p], lr=lambda k: math.nan)
+    with pytest.raises(ValueError, match="lr schedule"):
+        opt.step()
+    assert p.data == 1.0
+
+
+@pytest.mark.parametrize("params", [[1.0], ["x"], [None]])
+def test_optimizer_parameters_must_be_values(params):
+    with pytest.raises(TypeError, match="must be Values"):
+        optim.SGD(params, lr=0.1)
+
+
+@pytest.mark.parametrize("call", [
+    lambda R: pygrad.dot([R(1.0)], [Value(1.0)]),
+    lambda R: pygrad.sum([Value(1.0), R(1.0)]),
+    lambda R: pygrad.logsumexp([R(1.0)]),
+    lambda R: pygrad.compile(R(1.0)),
+    lambda R: pygrad.Inputs([R(1.0)]),
+    lambda R: nn.MLP(2, [2])([R(1.0), R(2.0)]),
+    lambda R: nn.MLP(2, [2], engine="reference")([Value(1.0), Value(2.0)]),
+    lambda R: RefValue(1.0) * Value(2.0),
+], ids=["dot", "sum", "logsumexp", "compile", "Inputs", "C layer", "reference layer", "op"])
+def test_values_of_another_engine_are_named_as_such(call):
+    with pytest.raises(TypeError, match="cannot mix"):
+        call(RefValue)
+    engine_still_works()
+
+
+@pytest.mark.parametrize("kwargs, err, msg", [({"eps": 0.0}, ValueError, "eps"),
+                                              ({"eps": math.nan}, ValueError, "eps"),
+                                              ({"atol": -1.0}, ValueError, "atol"),
+                                              ({"rtol": "x"}, TypeError, "rtol")])
+def test_gradcheck_settings_are_checked(kwargs, err, msg):
+    with pytest.raises(err, match=msg):
+        pygrad.gradcheck(lambda a: a * a, [1.0], **kwargs)
+
+
+def test_gradcheck_takes_numpy_scalars_and_rejects_non_sequences():
+    assert pygrad.gradcheck(lambda a: a * a, [np.float64(1.5)]).ok
+    with pytest.raises(TypeError, match="sequence of numbers"):
+        pygrad.gradcheck(lambda a: a * a, 1.5)
+    with pytest.raises(TypeError, match="callable"):
+        pygrad.gradcheck(3, [1.0])
+
+
+@pytest.mark.parametrize("bad", ["x", None, 1.5, [Value(1.0)]])
+def test_viz_needs_a_value(bad):
+    with pytest.raises(TypeError, match="needs a Value"):
+        viz.trace(bad)
+
+
+@pytest.mark.parametrize("loss", [losses.mse, losses.bce_with_logits])
+def test_losses_need_value_predictions(loss):
+    with pytest.raises(TypeError, match="predictions must be Values"):
+        loss([1.0], [0.0])
+
+
+def test_losses_reject_mismatched_and_empty_batches():
+    with pytest.raises(ValueError, match="2 predictions but 1 targets"):
+        losses.mse([Value(1.0), Value(2.0)], [1.0])
+    with pytest.raises(ValueError, match="empty batch"):
+        losses.mse([], [])
+
+
+@pytest.mark.parametrize("make", [lambda n: data.make_moons(n), lambda n: data.make_xor(n),
+                                  lambda n: data.make_spiral(n)])
+@pytest.mark.parametrize("bad, err", [(-1, ValueError), ("x", TypeError), (2.5, TypeError)])
+def test_data_sizes_are_checked(make, bad, err):
+    with pytest.raises(err):
+        make(bad)
+
+
+def test_a_replaced_parameter_does_not_free_the_layers_cached_node():
+    """Layers cache their parameters' handles: a Value replaced behind the
+    cache must stay alive (documented: change parameters through .data)."""
+    import gc
+    layer = nn.Layer(2, 1)
+    before = layer([1.0, 2.0]).data
+    layer.neurons[0].w[0] = Value(100.0)
+    gc.collect()
+    Value(0.0).backward()
+    assert layer([1.0, 2.0]).data == before
+    engine_still_works()

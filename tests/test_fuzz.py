@@ -552,7 +552,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @precondition(has_pairs)
     @rule(kind=st.sampled_from(["SGD", "Adam"]), idx=st.sets(picks, min_size=1, max_size=4),
-          lr=st.sampled_from([0.1, 1.0, 1e-3, -0.5]), momentum=st.sampled_from([0.0, 0.9]),
+          lr=st.sampled_from([0.1, 1.0, 1e-3, 0.5]), momentum=st.sampled_from([0.0, 0.9]),
           weight_decay=st.sampled_from([0.0, 1e-2]))
     def make_optimizer(self, kind, idx, lr, momentum, weight_decay):
         chosen = {id(p[0]): p for p in (self.pick(i) for i in idx)}.values()
