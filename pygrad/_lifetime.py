@@ -108,7 +108,17 @@ class NodeExtra:
 extras = ExtraTable()
 
 
-class Segment:
+class Claim:
+    """A claim on C memory is released exactly once, when it dies: a copy
+    would release it twice, so copying or pickling one is refused."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a pygrad claim on C memory can't be copied or pickled")
+
+
+class Segment(Claim):
     """Python's claim on one C segment of nodes; released when it dies."""
 
     __slots__ = ("sid",)
@@ -122,7 +132,7 @@ class Segment:
             _drain()
 
 
-class NodePin:
+class NodePin(Claim):
     """A claim on one node instead of its whole segment (see narrow_claims)."""
 
     __slots__ = ("h",)
@@ -136,7 +146,7 @@ class NodePin:
             _drain()
 
 
-class BackwardHolder:
+class BackwardHolder(Claim):
     """Stands in for the Segment of a Value whose ``_backward`` was set.
 
     micrograd's ``_backward`` closures refer to their own ``out`` Value and

@@ -380,3 +380,28 @@ class Value:
 
     def __repr__(self) -> str:
         return f"Value(data={self.data}, grad={self.grad})"
+
+    # -- copies ---------------------------------------------------------------
+
+    def __copy__(self) -> "Value":
+        """Another Value of the same node (as copying a micrograd Value
+        shares its data)."""
+        out = _new(Value)
+        out._h = self._h
+        out._s = self._s
+        return out
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """deepcopy and pickle: a leaf becomes a new leaf with the same data,
+        grad and label; a node with children can't be detached from its graph."""
+        if lib.pg_nkids(self._h) or lib.pg_op(self._h) != lib.PG_OP_LEAF:
+            raise TypeError("only a leaf Value can be deep-copied or pickled; a graph node "
+                            "can't leave its graph (copy its .data instead)")
+        return _leaf, (self.data, self.grad, self.label)
+
+
+def _leaf(data: float, grad: float, label: str) -> Value:
+    """A new leaf (what a deep copy or an unpickled leaf Value becomes)."""
+    v = Value(data, label=label)
+    v.grad = grad
+    return v

@@ -10,7 +10,7 @@ Adam: g as above;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;
 first ``step()``) returning the learning rate.
 """
 import math
-from typing import Any, Callable, Iterable, List, Tuple, Union
+from typing import Any, Callable, Iterable, Tuple, Union
 
 import numpy as np
 
@@ -27,8 +27,10 @@ class Optimizer:
     """Holds the parameters, their C handles and per-parameter state."""
 
     def __init__(self, params: Iterable[Any], lr: LearningRate) -> None:
-        self.params: List[Any] = list(params)
-        if not self.params:
+        # A tuple behind a read-only property: the C steps run over handles
+        # made here, so the list must not grow or change afterwards.
+        self._params: Tuple[Any, ...] = tuple(params)
+        if not self._params:
             raise ValueError("optimizer got no parameters")
         if not callable(lr):
             lr = to_setting(lr, "lr")
@@ -43,6 +45,11 @@ class Optimizer:
                             "mix pygrad.Values (C engine) with Values of another engine")
         self._handles = (ffi.new("uint32_t[]", [p._h for p in self.params])
                          if all(is_c) else None)
+
+    @property
+    def params(self) -> Tuple[Any, ...]:
+        """The parameters, fixed at construction."""
+        return self._params
 
     def _state(self) -> Tuple[np.ndarray, Any]:
         arr = np.zeros(len(self.params), dtype=np.float64)

@@ -21,7 +21,7 @@ or gradient lives in Python (``Value(x, children, op)`` with a ``_backward``
 closure, or a ``pygrad.Function``, whose partials were captured once) make
 ``compile`` fail with a ValueError.
 """
-from typing import Any, Iterable, List
+from typing import Any, Iterable, Tuple
 
 import numpy as np
 
@@ -36,7 +36,7 @@ __all__ = ["compile", "Program", "Inputs"]
 class Program:
     """A compiled graph: ``forward()``, ``backward()``, ``output``."""
 
-    __slots__ = ("output", "_program", "_n")
+    __slots__ = ("_output", "_program", "_n")
 
     def __init__(self, root: Value) -> None:
         if not isinstance(root, Value):
@@ -49,9 +49,14 @@ class Program:
             raise MemoryError("pygrad: out of memory compiling the graph")
         if rc < 0:
             raise ValueError(f"cannot compile: {_describe(bad[0])}")
-        self.output = root          # keeps the graph alive
+        self._output = root         # keeps the graph alive
         self._program = ffi.gc(out[0], lib.pg_program_free)
         self._n = lib.pg_program_size(out[0])
+
+    @property
+    def output(self) -> Value:
+        """The compiled root (read-only: it keeps the program's nodes alive)."""
+        return self._output
 
     def forward(self) -> float:
         """Recompute every node from the leaves' current data; returns the
@@ -90,15 +95,20 @@ class Inputs:
     """A fixed list of leaf Values whose data is swapped in bulk, e.g. the
     next minibatch, in one C call."""
 
-    __slots__ = ("values", "_handles")
+    __slots__ = ("_values", "_handles")
 
     def __init__(self, values: Iterable[Value]) -> None:
-        self.values: List[Value] = list(values)
-        for v in self.values:
+        self._values: Tuple[Value, ...] = tuple(values)
+        for v in self._values:
             if not isinstance(v, Value):
                 raise not_a_number(v, f"Inputs takes pygrad.Values (C engine), not "
                                       f"{type(v).__name__}")
-        self._handles = ffi.new("uint32_t[]", [v._h for v in self.values])
+        self._handles = ffi.new("uint32_t[]", [v._h for v in self._values])
+
+    @property
+    def values(self) -> Tuple[Value, ...]:
+        """The leaves (read-only: set() writes through handles made here)."""
+        return self._values
 
     def set(self, data: Any) -> None:
         """Set the Values' data from an array of as many numbers (flattened)."""

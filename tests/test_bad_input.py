@@ -251,3 +251,36 @@ def test_a_replaced_parameter_does_not_free_the_layers_cached_node():
     Value(0.0).backward()
     assert layer([1.0, 2.0]).data == before
     engine_still_works()
+
+
+# -- copies, and state that C reads through handles made at construction ---------
+
+def test_a_leaf_deep_copies_and_pickles_as_a_new_leaf():
+    import copy
+    import pickle
+    a = Value(3.0, label="a")
+    a.grad = 2.0
+    for b in (copy.deepcopy(a), pickle.loads(pickle.dumps(a))):
+        assert (b.data, b.grad, b.label) == (3.0, 2.0, "a") and b._h != a._h
+    assert copy.copy(a * 2).data == 6.0
+    with pytest.raises(TypeError, match="only a leaf Value"):
+        copy.deepcopy(a * 2)
+    engine_still_works()
+
+
+def test_claims_on_c_memory_refuse_to_be_copied():
+    import copy
+    with pytest.raises(TypeError, match="can't be copied"):
+        copy.copy(Value(1.0)._s)
+
+
+def test_handle_backed_lists_are_read_only():
+    p = Value(1.0)
+    opt = optim.SGD([p], lr=0.1)
+    inputs = pygrad.Inputs([p])
+    program = pygrad.compile(p * 2.0)
+    for obj, name in ((opt, "params"), (inputs, "values"), (program, "output")):
+        with pytest.raises(AttributeError):
+            setattr(obj, name, None)
+    assert isinstance(opt.params, tuple) and isinstance(inputs.values, tuple)
+    assert program.forward() == 2.0
