@@ -9,17 +9,13 @@
  * reached node are skipped whole, so unrelated live graphs cost little.
  *
  * The walk runs under the lock.  A node whose backward is a Python closure
- * can't run there: then the walk only records the order, releases the
- * lock, and the recorded rules run, handing Python one closure at a time
- * (pg_backward returns h + 1; pg_backward_resume continues).
+ * can't run there: then the walk only records the order into Python's
+ * sweep, releases the lock, and the recorded rules run, handing Python one
+ * closure at a time (pg_backward returns h + 1; pg_backward_resume
+ * continues).
  */
 #include <stdlib.h>
 #include "node.h"
-
-struct pg_sweep {
-    uint32_t *order;       /* the recorded walk, parents first */
-    size_t n, cap, pos;
-};
 
 static uint32_t epoch;
 
@@ -34,35 +30,25 @@ static int reserve(pg_sweep *s, size_t need) {
     return 1;
 }
 
-void pg_sweep_free(pg_sweep *s) {
+void pg_sweep_clear(pg_sweep *s) {
     if (s == NULL) return;
     free(s->order);
-    free(s);
+    s->order = NULL;
+    s->n = s->cap = s->pos = 0;
 }
 
-static pg_sweep *sweep_new(void) {
-    pg_sweep *s = pg_malloc(sizeof *s);
-    if (s != NULL) {
-        s->order = NULL;
-        s->n = s->cap = s->pos = 0;
-    }
-    return s;
-}
-
-/* Walk from root (lock held).  Returns 0 when done, or 1 with *rest set to
- * the order to run (Python is involved), or PG_E_NOMEM.  With record_all
- * the walk applies nothing and records every node (replay). */
-static int walk(uint32_t root, int record_all, pg_sweep **rest) {
+/* Walk from root (lock held).  Returns 0 when done, 1 when the order was
+ * recorded into s for run() (Python is involved, or record_all: replay
+ * records every node and applies nothing), or a PG_E_*. */
+static int walk(uint32_t root, int record_all, pg_sweep *s) {
     /* While any node has a Python backward, the walk only records, with
      * room for every live node made up front: running out of memory then
      * happens before any grad has changed. */
-    pg_sweep *s = NULL;
-    if (record_all || pg_py_backward_nodes() > 0) {
-        s = sweep_new();
-        if (s == NULL || !reserve(s, record_all ? 0 : (size_t)pg_live_nodes_locked())) {
-            pg_sweep_free(s);
-            return PG_E_NOMEM;
-        }
+    int record = record_all || pg_py_backward_nodes() > 0;
+    if (record) {
+        if (s == NULL) return PG_E_SWEEP;
+        s->n = s->pos = 0;
+        if (!reserve(s, record_all ? 0 : (size_t)pg_live_nodes_locked())) return PG_E_NOMEM;
     }
     if (++epoch == 0) {
         pg_reset_marks();
@@ -90,13 +76,10 @@ static int walk(uint32_t root, int record_all, pg_sweep **rest) {
                     pending++;
                 }
             }
-            if (s == NULL) {
+            if (!record) {
                 pg_rules[n->op].backward(n);
             } else {
-                if (!reserve(s, s->n + 1)) {
-                    pg_sweep_free(s);
-                    return PG_E_NOMEM;
-                }
+                if (!reserve(s, s->n + 1)) return PG_E_NOMEM;
                 s->order[s->n++] = (seg->sid << PG_SEG_BITS) | (uint32_t)i;
             }
             if (--pending == 0) break;
@@ -106,8 +89,7 @@ static int walk(uint32_t root, int record_all, pg_sweep **rest) {
         if (seg == NULL) break;     /* unreachable: children are never newer */
         i = (int64_t)seg->used - 1;
     }
-    *rest = s;
-    return s != NULL;
+    return record;
 }
 
 /* Apply the recorded order; stop at a Python node and return its h + 1. */
@@ -118,31 +100,28 @@ static int32_t run(pg_sweep *s) {
         if (n->flags & PG_F_PY_BACKWARD) return (int32_t)(h + 1);
         pg_rules[n->op].backward(n);
     }
-    pg_sweep_free(s);
     return 0;
 }
 
-int32_t pg_backward(uint32_t root, pg_sweep **out) {
-    *out = NULL;
-    pg_sweep *rest = NULL;
+int32_t pg_backward(uint32_t root, pg_sweep *s) {
     pg_lock();
-    int rc = pg_handle_valid(root) ? walk(root, 0, &rest) : PG_E_ARG;
+    int rc = pg_handle_valid(root) ? walk(root, 0, s) : PG_E_ARG;
     pg_unlock();
     if (rc <= 0) return rc;
-    int32_t next = run(rest);
-    if (next > 0) *out = rest;
-    return next;
+    return run(s);
 }
 
 int pg_record_order(uint32_t root, uint32_t **order, size_t *n) {
-    pg_sweep *s = NULL;
+    pg_sweep s = {NULL, 0, 0, 0};
     pg_lock();
     int rc = pg_handle_valid(root) ? walk(root, 1, &s) : PG_E_ARG;
     pg_unlock();
-    if (rc < 0) return rc;
-    *order = s->order;          /* the caller owns the buffer now */
-    *n = s->n;
-    free(s);
+    if (rc < 0) {
+        pg_sweep_clear(&s);
+        return rc;
+    }
+    *order = s.order;          /* the caller owns the buffer now */
+    *n = s.n;
     return 0;
 }
 

@@ -1,17 +1,39 @@
 /*
- * Node lifetime: segments, claims, and the release cascade.
+ * Node lifetime.  The whole design, once (Python's side: pygrad/_lifetime.py):
  *
- * Nodes live in fixed segments of PG_SEG_NODES slots, mapped from the OS and
- * never moved, so a handle stays valid for the node's whole life.  Python
- * holds one "claim" per live segment object; every Python Value holds its
- * segment object.  A node is freed when nothing can reach it any more:
- *   - no parent node holds it (refs == 0), and
- *   - no Python object claims its segment (claims == 0).
- * The second condition is checked once per segment, when its last claim is
- * released, which is why no Python finalizer runs per node.  Freeing a node
- * drops its children's refs and may free them in turn: the cascade runs on
- * an intrusive work list (the dead node's `mark`), never on the C stack.
- * A slot is not reused until its whole segment is empty and recycled.
+ *   A node is kept while something holds it:
+ *     - a parent node (refs counts them);
+ *     - a node claim: one Python object holding this node (refs counts it);
+ *     - the segment claim of its graph segment (one Python object per segment).
+ *   When none holds it, it is freed, and its children lose a parent.
+ *
+ *         created ──► held ──(refs == 0 and segment unclaimed)──► freed
+ *                       ▲                                           │
+ *                       └──── never: a freed slot is reused only ◄──┘
+ *                             as a new node (leaf pool), or after
+ *                             its whole segment is recycled
+ *
+ * Two kinds of segment, both PG_SEG_NODES slots mapped from the OS and never
+ * moved, so a handle (sid << PG_SEG_BITS | offset) stays valid while its
+ * node lives:
+ *   - graph segments take op results by bump allocation, so creation order
+ *     is a topological order (backward.c relies on it).  Python holds one
+ *     segment claim per graph segment, which every Value made there shares,
+ *     so an op costs no per-node bookkeeping.  When that claim dies, one scan
+ *     frees every node of the segment that nothing else holds;
+ *   - leaf segments (the leaf pool) take Values made by ``Value(x)``; each is
+ *     held by a node claim of its own, and its slot is reused once it dies,
+ *     so kept leaves never pin graph nodes and pack densely.  Leaves have no
+ *     children, so slot reuse can't break the topological order.
+ *
+ * Python's claims are pg_claim structs that Python allocates empty and wraps
+ * with ffi.gc(claim, pg_release) *before* asking C to fill them: C fills a
+ * claim and takes its hold in one call, and the release runs in C when the
+ * Python object dies.  No Python code runs at release, so a KeyboardInterrupt
+ * can't cut one in half, and no claim is ever released twice or lost.
+ *
+ * Freeing cascades over an intrusive work list (the dead node's `mark`),
+ * never on the C stack.
  */
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE
@@ -26,7 +48,7 @@
 static void *os_map(size_t size) {
     return VirtualAlloc(NULL, size, MEM_COMMIT | MEM_RESERVE, PAGE_READWRITE);
 }
-static void os_unmap(void *p, size_t size) { (void)size; VirtualFree(p, 0, MEM_RELEASE); }
+static int os_unmap(void *p, size_t size) { (void)size; return VirtualFree(p, 0, MEM_RELEASE) ? 0 : -1; }
 #else
 #include <sys/mman.h>
 #ifndef MAP_ANONYMOUS
@@ -36,7 +58,7 @@ static void *os_map(size_t size) {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
-static void os_unmap(void *p, size_t size) { munmap(p, size); }
+static int os_unmap(void *p, size_t size) { return munmap(p, size); }
 #endif
 
 /* Freed segments kept mapped for reuse: mapping is a syscall and a page
@@ -54,54 +76,31 @@ static pg_seg *pool;
 static uint32_t pool_len;
 static uint64_t live_nodes;
 static uint32_t live_segs;
-static uint32_t scanning = 0;      /* segment being swept by pg_seg_release */
+static uint32_t unmap_failures;
 static uint64_t births;
 static pg_seg *newest;             /* tail of the live list (older links) */
-
-/*
- * Notices for Python, drained after each release:
- *   reaped:  extras of nodes that died, for Python to drop its records;
- *   orphans: pinned nodes (a Python backward whose Value is gone) that just
- *            lost their last parent, so Python can let go of the closure.
- * Each buffer always has room for every node that could be queued, so
- * freeing never needs to allocate.
- */
-static uint32_t *reaped;
-static uint32_t n_reaped, reaped_cap, n_with_extra;
-static uint32_t *orphans;
-static uint32_t n_orphans, orphans_cap, n_py_backward;
-
-#define PG_F_PINNED 16
-#define PG_F_ORPHAN_QUEUED 32
-
-/* Room for `need` entries in *buf; lock held. */
-static int reserve(uint32_t **buf, uint32_t *cap, uint32_t need) {
-    if (need <= *cap) return 1;
-    uint32_t cap2 = *cap ? 2 * *cap : 256;
-    while (cap2 < need) cap2 *= 2;
-    uint32_t *p = pg_realloc(*buf, (size_t)cap2 * sizeof(uint32_t));
-    if (p == NULL) return 0;
-    *buf = p;
-    *cap = cap2;
-    return 1;
-}
+static pg_seg *leaf_room;          /* leaf segments with a free slot */
+static uint32_t n_py_backward;
 
 void pg_lock(void) { pg_mutex_lock(&lock); }
 void pg_unlock(void) { pg_mutex_unlock(&lock); }
 
-static size_t seg_bytes(void) { return sizeof(pg_seg); }
+#ifndef _WIN32
+/* fork() copies the lock in whatever state another thread left it: take it
+ * (and the allocation hook's) around fork, so the child starts with both
+ * free and the graph consistent. */
+static void fork_prepare(void) { pg_mutex_lock(&lock); pg_alloc_hook_lock(); }
+static void fork_parent(void) { pg_alloc_hook_unlock(); pg_mutex_unlock(&lock); }
+__attribute__((constructor)) static void register_fork_handlers(void) {
+    pthread_atfork(fork_prepare, fork_parent, fork_parent);
+}
+#endif
 
-int32_t pg_seg_new(void) {
-    pg_lock();
+static pg_seg *seg_new(int leaf) {
     uint32_t sid;
-    if (n_free_sids > 0) {
-        sid = free_sids[--n_free_sids];
-    } else if (next_sid < PG_MAX_SEGS) {
-        sid = next_sid++;
-    } else {
-        pg_unlock();
-        return PG_E_NOMEM;
-    }
+    if (n_free_sids > 0) sid = free_sids[--n_free_sids];
+    else if (next_sid < PG_MAX_SEGS) sid = next_sid++;
+    else return NULL;
     pg_seg *seg = NULL;
     if (!pg_alloc_fails()) {
         seg = pool;
@@ -109,20 +108,22 @@ int32_t pg_seg_new(void) {
             pool = seg->next_free;
             pool_len--;
         } else {
-            seg = os_map(seg_bytes());
+            seg = os_map(sizeof(pg_seg));
         }
     }
     if (seg == NULL) {
         free_sids[n_free_sids++] = sid;
-        pg_unlock();
-        return PG_E_NOMEM;
+        return NULL;
     }
     seg->used = 0;
     seg->live = 0;
-    seg->claims = 1;
+    seg->claimed = !leaf;
     seg->sid = sid;
+    seg->leaf = (uint32_t)leaf;
+    seg->free_slot = PG_NO_NODE;
     seg->edges = NULL;
     seg->next_free = NULL;
+    seg->room_prev = seg->room_next = NULL;
     seg->birth = ++births;
     seg->reach_epoch = 0;
     seg->older = newest;
@@ -131,8 +132,21 @@ int32_t pg_seg_new(void) {
     newest = seg;
     pg_segtab[sid] = seg;
     live_segs++;
-    pg_unlock();
-    return (int32_t)sid;
+    return seg;
+}
+
+static void room_remove(pg_seg *seg) {
+    if (seg->room_prev != NULL) seg->room_prev->room_next = seg->room_next;
+    else if (leaf_room == seg) leaf_room = seg->room_next;
+    if (seg->room_next != NULL) seg->room_next->room_prev = seg->room_prev;
+    seg->room_prev = seg->room_next = NULL;
+}
+
+static void room_add(pg_seg *seg) {
+    seg->room_prev = NULL;
+    seg->room_next = leaf_room;
+    if (leaf_room != NULL) leaf_room->room_prev = seg;
+    leaf_room = seg;
 }
 
 static void recycle(pg_seg *seg) {
@@ -142,42 +156,47 @@ static void recycle(pg_seg *seg) {
         free(c);
         c = next;
     }
+    if (seg->leaf) room_remove(seg);
     if (seg->older != NULL) seg->older->newer = seg->newer;
     if (seg->newer != NULL) seg->newer->older = seg->older;
     else newest = seg->older;
     pg_segtab[seg->sid] = NULL;
     free_sids[n_free_sids++] = seg->sid;
     live_segs--;
-    if (pool_len < PG_POOL_MAX) {
+    /* A mapping the OS would not take back stays pooled: never lost. */
+    if (pool_len < PG_POOL_MAX || pg_unmap(seg, sizeof(pg_seg)) != 0) {
         seg->next_free = pool;
         pool = seg;
         pool_len++;
-    } else {
-        os_unmap(seg, seg_bytes());
     }
+}
+
+int pg_unmap(void *p, size_t size) {
+    if (pg_unmap_fails() || os_unmap(p, size) != 0) {
+        unmap_failures++;
+        return -1;
+    }
+    return 0;
 }
 
 static int seg_valid(uint32_t sid) {
     return sid > 0 && sid < PG_MAX_SEGS && pg_segtab[sid] != NULL;
 }
 
-void pg_seg_claim(uint32_t sid) {
-    pg_lock();
-    if (seg_valid(sid)) pg_segtab[sid]->claims++;
-    pg_unlock();
+/* A freed leaf slot goes back to its segment's free list; the last empty
+ * leaf segment is kept as the pool's spare, so that a loop making and
+ * dropping leaves doesn't open a (newer) segment every step. */
+static void leaf_slot_free(pg_seg *seg, uint32_t h) {
+    pg_node *n = pg_N(h);
+    n->mark = seg->free_slot;
+    seg->free_slot = h & (PG_SEG_NODES - 1);
+    if (seg->room_prev == NULL && leaf_room != seg) room_add(seg);
+    if (seg->live == 0 && (seg->room_prev != NULL || seg->room_next != NULL)) recycle(seg);
 }
 
-/* After a child lost a parent or pin: queue it if it is now held only by
- * its own pin (a Python backward nobody above needs any more). */
-static void note_orphan(pg_node *c, uint32_t h) {
-    if (c->refs == 1 && (c->flags & PG_F_PINNED) && !(c->flags & PG_F_ORPHAN_QUEUED)) {
-        c->flags |= PG_F_ORPHAN_QUEUED;
-        orphans[n_orphans++] = h;
-    }
-}
-
-/* Free node h (refs == 0, segment unclaimed) and whatever that orphans. */
+/* Free node h (nothing holds it) and whatever that leaves unheld. */
 static void free_cascade(uint32_t h) {
+    pg_N(h)->flags |= PG_F_DEAD;
     pg_N(h)->mark = PG_NO_NODE;
     while (h != PG_NO_NODE) {
         pg_node *n = pg_N(h);
@@ -187,58 +206,114 @@ static void free_cascade(uint32_t h) {
         for (uint32_t i = 0; i < nk; i++) {
             pg_node *c = pg_N(kids[i]);
             if (--c->refs == 0 && !(c->flags & PG_F_DEAD)
-                    && pg_segtab[kids[i] >> PG_SEG_BITS]->claims == 0) {
+                    && !pg_segtab[kids[i] >> PG_SEG_BITS]->claimed) {
                 c->flags |= PG_F_DEAD;     /* queued: never queue it twice */
                 c->mark = next;
                 next = kids[i];
-            } else {
-                note_orphan(c, kids[i]);
             }
         }
-        n->flags |= PG_F_DEAD;
-        if (n->extra != 0) {
-            reaped[n_reaped++] = n->extra;
-            n_with_extra--;
-            n->extra = 0;
-        }
+        n->extra = 0;
         if (n->flags & PG_F_PY_BACKWARD) n_py_backward--;
         live_nodes--;
         pg_seg *seg = pg_segtab[h >> PG_SEG_BITS];
-        if (--seg->live == 0 && seg->claims == 0 && seg->sid != scanning)
-            recycle(seg);
+        seg->live--;
+        if (seg->leaf) leaf_slot_free(seg, h);
+        else if (seg->live == 0 && !seg->claimed) recycle(seg);
         h = next;
     }
 }
 
-int32_t pg_seg_release(uint32_t sid) {
-    pg_lock();
-    if (!seg_valid(sid) || pg_segtab[sid]->claims == 0) {
-        pg_unlock();
-        return PG_E_ARG;
-    }
+/* The segment claim died: free every node of it that nothing else holds. */
+static void release_segment(uint32_t sid) {
     pg_seg *seg = pg_segtab[sid];
-    if (--seg->claims == 0) {
-        scanning = sid;
-        uint32_t base = sid << PG_SEG_BITS;
-        for (uint32_t i = 0; i < seg->used; i++) {
-            pg_node *n = &seg->nodes[i];
-            if (n->refs == 0 && !(n->flags & PG_F_DEAD)) {
-                n->flags |= PG_F_DEAD;
-                free_cascade(base | i);
-            }
-        }
-        scanning = 0;
-        if (seg->live == 0) recycle(seg);
+    seg->claimed = 0;
+    seg->live++;        /* keep the segment while the scan walks it */
+    uint32_t base = sid << PG_SEG_BITS;
+    for (uint32_t i = 0; i < seg->used; i++) {
+        pg_node *n = &seg->nodes[i];
+        if (n->refs == 0 && !(n->flags & PG_F_DEAD)) free_cascade(base | i);
     }
-    int32_t pending = (int32_t)(n_reaped + n_orphans);
+    if (--seg->live == 0) recycle(seg);
+}
+
+static void release_node(uint32_t h) {
+    pg_node *n = pg_N(h);
+    if (--n->refs == 0 && !pg_segtab[h >> PG_SEG_BITS]->claimed) free_cascade(h);
+}
+
+void pg_release(pg_claim *c) {
+    pg_lock();
+    if (c->kind == PG_CLAIM_SEGMENT) release_segment(c->id);
+    else if (c->kind == PG_CLAIM_NODE) release_node(c->id);
+    c->kind = PG_CLAIM_NONE;
     pg_unlock();
-    return pending;
+}
+
+int32_t pg_open_segment(pg_claim *c) {
+    if (c->kind != PG_CLAIM_NONE) return PG_E_ARG;
+    pg_lock();
+    int32_t rc = n_free_sids == 0 && next_sid >= PG_MAX_SEGS ? PG_E_SPACE : PG_E_NOMEM;
+    pg_seg *seg = seg_new(0);
+    if (seg != NULL) {
+        c->kind = PG_CLAIM_SEGMENT;
+        c->id = seg->sid;
+        rc = (int32_t)seg->sid;
+    }
+    pg_unlock();
+    return rc;
+}
+
+int32_t pg_new_leaf(pg_claim *c, double data) {
+    if (c->kind != PG_CLAIM_NONE) return PG_E_ARG;
+    pg_lock();
+    pg_seg *seg = leaf_room;
+    int32_t rc = PG_E_NOMEM;
+    if (seg == NULL) {
+        if (n_free_sids == 0 && next_sid >= PG_MAX_SEGS) rc = PG_E_SPACE;
+        else if ((seg = seg_new(1)) != NULL) room_add(seg);
+    }
+    if (seg != NULL) {
+        uint32_t off;
+        if (seg->free_slot != PG_NO_NODE) {
+            off = seg->free_slot;
+            seg->free_slot = seg->nodes[off].mark;
+        } else {
+            off = seg->used++;
+        }
+        if (seg->free_slot == PG_NO_NODE && seg->used == PG_SEG_NODES) room_remove(seg);
+        seg->live++;
+        live_nodes++;
+        uint32_t h = (seg->sid << PG_SEG_BITS) | off;
+        pg_node *n = pg_N(h);
+        pg_node_init(n, PG_OP_LEAF);
+        n->data = data;
+        n->refs = 1;
+        c->kind = PG_CLAIM_NODE;
+        c->id = h;
+        rc = (int32_t)h;
+    }
+    pg_unlock();
+    return rc;
+}
+
+int32_t pg_hold(pg_claim *c, uint32_t h) {
+    if (c->kind != PG_CLAIM_NONE) return PG_E_ARG;
+    pg_lock();
+    int32_t rc = PG_E_ARG;
+    if (pg_handle_valid(h)) {
+        pg_N(h)->refs++;
+        c->kind = PG_CLAIM_NODE;
+        c->id = h;
+        rc = 0;
+    }
+    pg_unlock();
+    return rc;
 }
 
 int32_t pg_alloc_nodes(uint32_t sid, uint32_t count) {
     if (!seg_valid(sid)) return PG_E_ARG;
     pg_seg *seg = pg_segtab[sid];
-    if (seg->claims == 0) return PG_E_ARG;
+    if (!seg->claimed || seg->leaf) return PG_E_ARG;
     if (seg->used + count > PG_SEG_NODES) return PG_E_FULL;
     uint32_t off = seg->used;
     seg->used += count;
@@ -292,118 +367,30 @@ uint32_t pg_seg_used(uint32_t sid) {
     return used;
 }
 
-uint32_t pg_extra(uint32_t h) { return pg_N(h)->extra; }
+uint32_t pg_extra(uint32_t h) {
+    pg_lock();
+    uint32_t e = pg_handle_valid(h) ? pg_N(h)->extra : 0;
+    pg_unlock();
+    return e;
+}
 
 int pg_set_extra(uint32_t h, uint32_t extra) {
     pg_lock();
-    pg_node *n = pg_N(h);
-    if (n->extra == 0 && extra != 0) {
-        if (!reserve(&reaped, &reaped_cap, n_reaped + n_with_extra + 1)) {
-            pg_unlock();
-            return PG_E_NOMEM;
-        }
-        n_with_extra++;
-    } else if (n->extra != 0 && extra == 0) {
-        n_with_extra--;
-    }
-    n->extra = extra;
+    int ok = pg_handle_valid(h);
+    if (ok) pg_N(h)->extra = extra;
     pg_unlock();
-    return 0;
-}
-
-uint32_t pg_take_reaped(uint32_t *out, uint32_t cap) {
-    pg_lock();
-    uint32_t k = 0;
-    while (k < cap && n_reaped > 0) out[k++] = reaped[--n_reaped];
-    pg_unlock();
-    return k;
+    return ok ? 0 : PG_E_ARG;
 }
 
 int pg_set_py_backward(uint32_t h) {
     pg_lock();
     pg_node *n = pg_N(h);
     if (!(n->flags & PG_F_PY_BACKWARD)) {
-        if (!reserve(&orphans, &orphans_cap, n_py_backward + 1)) {
-            pg_unlock();
-            return PG_E_NOMEM;
-        }
         n_py_backward++;
         n->flags |= PG_F_PY_BACKWARD;
     }
     pg_unlock();
     return 0;
-}
-
-int pg_pin_if_parented(uint32_t h) {
-    pg_lock();
-    pg_node *n = pg_N(h);
-    int pinned = 0;
-    if (n->refs > 0 && !(n->flags & PG_F_PINNED)) {
-        n->refs++;
-        n->flags |= PG_F_PINNED;
-        pinned = 1;
-    }
-    pg_unlock();
-    return pinned;
-}
-
-void pg_unpin(uint32_t h) {
-    pg_lock();
-    pg_node *n = pg_N(h);
-    if (n->flags & PG_F_PINNED) {
-        n->flags &= (uint8_t)~PG_F_PINNED;
-        n->refs--;
-    }
-    pg_unlock();
-}
-
-int pg_unpin_orphan(uint32_t h) {
-    pg_lock();
-    pg_node *n = pg_N(h);
-    int done = 0;
-    if ((n->flags & PG_F_PINNED) && n->refs == 1) {
-        n->flags &= (uint8_t)~PG_F_PINNED;
-        n->refs = 0;
-        if (pg_segtab[h >> PG_SEG_BITS]->claims == 0) {
-            n->flags |= PG_F_DEAD;
-            free_cascade(h);
-        }
-        done = 1;
-    }
-    pg_unlock();
-    return done;
-}
-
-void pg_ref(uint32_t h) {
-    pg_lock();
-    pg_N(h)->refs++;
-    pg_unlock();
-}
-
-int32_t pg_unref(uint32_t h) {
-    pg_lock();
-    pg_node *n = pg_N(h);
-    if (--n->refs == 0 && !(n->flags & PG_F_DEAD) && pg_segtab[h >> PG_SEG_BITS]->claims == 0) {
-        n->flags |= PG_F_DEAD;
-        free_cascade(h);
-    } else {
-        note_orphan(n, h);
-    }
-    int32_t pending = (int32_t)(n_reaped + n_orphans);
-    pg_unlock();
-    return pending;
-}
-
-uint32_t pg_take_orphans(uint32_t *out, uint32_t cap) {
-    pg_lock();
-    uint32_t k = 0;
-    while (k < cap && n_orphans > 0) {
-        uint32_t h = orphans[--n_orphans];
-        pg_N(h)->flags &= (uint8_t)~PG_F_ORPHAN_QUEUED;
-        out[k++] = h;
-    }
-    pg_unlock();
-    return k;
 }
 
 uint32_t pg_py_backward_nodes(void) { return n_py_backward; }
@@ -418,6 +405,20 @@ uint64_t pg_live_nodes(void) {
 uint32_t pg_live_segments(void) {
     pg_lock();
     uint32_t n = live_segs;
+    pg_unlock();
+    return n;
+}
+
+uint64_t pg_segment_births(void) {
+    pg_lock();
+    uint64_t n = births;
+    pg_unlock();
+    return n;
+}
+
+uint32_t pg_unmap_failed(void) {
+    pg_lock();
+    uint32_t n = unmap_failures;
     pg_unlock();
     return n;
 }

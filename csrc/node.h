@@ -21,7 +21,7 @@ typedef struct pg_node {
         uint32_t *kids;    /* child list of an n-ary node (arity -1) */
     } aux;
     uint32_t kid[2];       /* children; for n-ary nodes kid[0] is the count */
-    uint32_t refs;         /* parent nodes that hold this one */
+    uint32_t refs;         /* parents and node claims that hold this one */
     uint32_t mark;         /* DFS epoch; next link in the free list once dead */
     uint32_t extra;        /* index of Python-side extras, 0 when none */
     uint8_t op;
@@ -30,6 +30,18 @@ typedef struct pg_node {
 } pg_node;
 
 #define PG_F_DEAD 128
+
+static inline void pg_node_init(pg_node *n, int op) {
+    n->grad = 0.0;
+    n->aux.k = 0.0;
+    n->kid[0] = n->kid[1] = 0;
+    n->refs = 0;
+    n->mark = 0;
+    n->extra = 0;
+    n->op = (uint8_t)op;
+    n->flags = 0;
+    n->variant = 0;
+}
 
 /* Child lists of n-ary nodes are bump-allocated from chunks owned by the
  * segment, and released with it. */
@@ -42,16 +54,19 @@ typedef struct pg_edge_chunk {
 /* The header comes first so that a segment holding few nodes touches few
  * pages of its mapping.  Live segments form a list in creation order, and a
  * node is created after all of its children (see pg_check_kid), so
- * (segment birth, offset) orders every graph topologically. */
+ * (segment birth, offset) orders every graph topologically.  Leaf segments
+ * reuse slots, which is safe there: leaves have no children. */
 typedef struct pg_seg {
     uint32_t used;         /* bump index */
     uint32_t live;         /* allocated nodes not yet freed */
-    uint32_t claims;       /* live Python segment objects */
+    uint32_t claimed;      /* a graph segment whose Python claim lives */
     uint32_t sid;
     uint64_t birth;        /* creation counter: orders segments */
     uint32_t reach_epoch;  /* the backward sweep that reached a node here */
-    uint32_t unused;
+    uint32_t leaf;         /* a leaf-pool segment */
+    uint32_t free_slot;    /* leaf pool: first free slot, linked by `mark` */
     struct pg_seg *older, *newer;   /* live segments, by birth */
+    struct pg_seg *room_prev, *room_next;   /* leaf segments with a free slot */
     pg_edge_chunk *edges;
     struct pg_seg *next_free;
     pg_node nodes[PG_SEG_NODES];
@@ -87,12 +102,18 @@ static inline double *pg_function_partials(uint32_t *kids, uint32_t n) {
     return (double *)(kids + n + (n & 1));
 }
 
-/* alloc.c: the core's heap, through the pg_fail_alloc test hook. */
+/* alloc.c: the core's heap and mappings, through the pg_fail_alloc and
+ * pg_fail_unmap test hooks; the hook's lock, taken around fork(). */
 int pg_alloc_fails(void);
+int pg_unmap_fails(void);
+void pg_alloc_hook_lock(void);
+void pg_alloc_hook_unlock(void);
 void *pg_malloc(size_t size);
 void *pg_realloc(void *p, size_t size);
 
-/* memory.c: the lock and node allocation, for ops.c and backward.c */
+/* memory.c: the lock and node allocation, for ops.c and backward.c.
+ * pg_unmap returns a mapping to the OS, or -1 (counted) if it refused. */
+int pg_unmap(void *p, size_t size);
 void pg_lock(void);
 void pg_unlock(void);
 /* Reserve `count` consecutive slots in segment sid (lock held); returns the
@@ -106,7 +127,7 @@ int pg_handle_valid(uint32_t h);
  * PG_E_FULL if h is in a newer segment (the caller must use a newer one);
  * PG_E_ARG if h is no live node.  Lock held. */
 int pg_check_kid(uint32_t sid, uint32_t h);
-/* Live nodes, and those whose backward is a Python closure (lock held). */
+/* Live nodes, and those whose backward is a Python closure. */
 uint64_t pg_live_nodes_locked(void);
 uint32_t pg_py_backward_nodes(void);
 /* Zero every DFS mark, when the epoch counter wraps (lock held). */

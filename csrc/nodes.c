@@ -6,70 +6,58 @@
 #include <string.h>
 #include "node.h"
 
-static void init_node(pg_node *n, int op) {
-    n->grad = 0.0;
-    n->aux.k = 0.0;
-    n->kid[0] = n->kid[1] = 0;
-    n->refs = 0;
-    n->mark = 0;
-    n->extra = 0;
-    n->op = (uint8_t)op;
-    n->flags = 0;
-    n->variant = 0;
-}
+/* A Python-held child makes its parent Python-held: the parent's Value must
+ * then hold the child's Value (and so its closure) alive. */
+static uint8_t held_flag(uint32_t h) { return pg_N(h)->flags & PG_F_PY_HELD; }
 
-int32_t pg_leaf(uint32_t sid, double data) {
-    pg_lock();
-    int32_t h = pg_alloc_nodes(sid, 1);
-    if (h >= 0) {
-        pg_node *n = pg_N((uint32_t)h);
-        init_node(n, PG_OP_LEAF);
-        n->data = data;
-    }
-    pg_unlock();
+/* What a creator returns for new node h (lock held). */
+static int32_t made(int32_t h) {
+    if (h >= 0 && (pg_N((uint32_t)h)->flags & PG_F_PY_HELD)) return PG_HELD - h;
     return h;
 }
 
 /* Fill node h of op `op` over children a (and b), lock held. */
-static void link_node(uint32_t h, int op, uint32_t a, uint32_t b, double k) {
+static void link_node(uint32_t h, int op, uint32_t a, uint32_t b, double k, uint8_t flags) {
     pg_node *n = pg_N(h);
-    init_node(n, op);
+    pg_node_init(n, op);
     n->aux.k = k;
     n->kid[0] = a;
     pg_N(a)->refs++;
+    flags |= held_flag(a);
     if (pg_rules[op].arity == 2) {
         n->kid[1] = b;
         pg_N(b)->refs++;
+        flags |= held_flag(b);
     }
+    n->flags = flags;
     pg_rules[op].forward(n);
 }
 
-static int32_t make(uint32_t sid, int op, int arity, uint32_t a, uint32_t b, double k) {
+static int32_t make(uint32_t sid, int op, int arity, uint32_t a, uint32_t b, double k,
+                    uint8_t flags) {
     if (op < 0 || op >= PG_OP_COUNT || pg_rules[op].arity != arity) return PG_E_ARG;
     pg_lock();
     int32_t h = pg_alloc_nodes(sid, 0);    /* checks sid */
     if (h >= 0) h = pg_check_kid(sid, a);
     if (h >= 0 && arity == 2) h = pg_check_kid(sid, b);
     if (h >= 0) h = pg_alloc_nodes(sid, 1);
-    if (h >= 0) link_node((uint32_t)h, op, a, b, k);
+    if (h >= 0) link_node((uint32_t)h, op, a, b, k, flags);
+    h = made(h);
     pg_unlock();
     return h;
 }
 
 int32_t pg_unary(uint32_t sid, int op, uint32_t a) {
     if (op == PG_OP_POWK) return PG_E_ARG;
-    return make(sid, op, 1, a, 0, 0.0);
+    return make(sid, op, 1, a, 0, 0.0, 0);
 }
 
 int32_t pg_binary(uint32_t sid, int op, uint32_t a, uint32_t b) {
-    return make(sid, op, 2, a, b, 0.0);
+    return make(sid, op, 2, a, b, 0.0, 0);
 }
 
-
 int32_t pg_powk(uint32_t sid, uint32_t a, double k, int k_is_int) {
-    int32_t h = make(sid, PG_OP_POWK, 1, a, 0, k);
-    if (h >= 0 && k_is_int) pg_N((uint32_t)h)->flags |= PG_F_INT_EXPONENT;
-    return h;
+    return make(sid, PG_OP_POWK, 1, a, 0, k, k_is_int ? PG_F_INT_EXPONENT : 0);
 }
 
 /* `v op k` or `k op v` with k a number: micrograd wraps k in a leaf Value;
@@ -84,13 +72,14 @@ int32_t pg_binary_k(uint32_t sid, int op, uint32_t a, double k, int k_first) {
         if (h >= 0) {
             uint32_t c = (uint32_t)h, out = c + 1;
             pg_node *leaf = pg_N(c);
-            init_node(leaf, PG_OP_LEAF);
+            pg_node_init(leaf, PG_OP_LEAF);
             leaf->data = k;
-            if (k_first) link_node(out, op, c, a, 0.0);
-            else link_node(out, op, a, c, 0.0);
+            if (k_first) link_node(out, op, c, a, 0.0, 0);
+            else link_node(out, op, a, c, 0.0, 0);
             h = (int32_t)out;
         }
     }
+    h = made(h);
     pg_unlock();
     return h;
 }
@@ -102,7 +91,7 @@ static int32_t make_nary(uint32_t sid, int op, int variant, const uint32_t *kids
     if (h >= 0) h = pg_alloc_nodes(sid, 1);
     if (h < 0) return h;
     pg_node *node = pg_N((uint32_t)h);
-    init_node(node, PG_OP_LEAF);        /* freed as garbage if we stop here */
+    pg_node_init(node, PG_OP_LEAF);        /* freed as garbage if we stop here */
     uint32_t *edges = n > 0 ? pg_alloc_edges(sid, n) : NULL;
     if (n > 0 && edges == NULL) return PG_E_NOMEM;
     node->op = (uint8_t)op;
@@ -110,7 +99,10 @@ static int32_t make_nary(uint32_t sid, int op, int variant, const uint32_t *kids
     node->kid[0] = n;
     node->aux.kids = edges;
     if (n > 0) memcpy(edges, kids, (size_t)n * sizeof(uint32_t));
-    for (uint32_t i = 0; i < n; i++) pg_N(kids[i])->refs++;
+    for (uint32_t i = 0; i < n; i++) {
+        pg_N(kids[i])->refs++;
+        node->flags |= held_flag(kids[i]);
+    }
     return h;
 }
 
@@ -141,16 +133,20 @@ int32_t pg_linear_layer(uint32_t sid, int act, const uint32_t *params, const uin
             e[2 + 2 * i] = x[i];
         }
         pg_node *node = pg_N(hj);
-        init_node(node, PG_OP_LINEAR);
+        pg_node_init(node, PG_OP_LINEAR);
         node->variant = (uint16_t)(act | PG_LINEAR_BIAS);
         node->kid[0] = nk;
         node->aux.kids = e;
-        for (uint32_t i = 0; i < nk; i++) pg_N(e[i])->refs++;
+        for (uint32_t i = 0; i < nk; i++) {
+            pg_N(e[i])->refs++;
+            node->flags |= held_flag(e[i]);
+        }
         pg_rules[PG_OP_LINEAR].forward(node);
         out[j] = hj;
     }
+    if (h >= 0) h = (pg_N((uint32_t)h)->flags & PG_F_PY_HELD) ? 1 : 0;
     pg_unlock();
-    return h < 0 ? h : 0;
+    return h;
 }
 
 int32_t pg_function(uint32_t sid, double data, const uint32_t *kids, const double *partials,
@@ -168,12 +164,16 @@ int32_t pg_function(uint32_t sid, double data, const uint32_t *kids, const doubl
         memcpy(d, partials, (size_t)n * sizeof(double));
         memcpy(edges, kids, (size_t)n * sizeof(uint32_t));
         pg_node *node = pg_N((uint32_t)h);
-        init_node(node, PG_OP_FUNCTION);
+        pg_node_init(node, PG_OP_FUNCTION);
         node->data = data;
         node->kid[0] = n;
         node->aux.kids = edges;
-        for (uint32_t i = 0; i < n; i++) pg_N(kids[i])->refs++;
+        for (uint32_t i = 0; i < n; i++) {
+            pg_N(kids[i])->refs++;
+            node->flags |= held_flag(kids[i]);
+        }
     }
+    h = made(h);
     pg_unlock();
     return h;
 }
@@ -197,7 +197,11 @@ void pg_fill_grad(const uint32_t *h, uint32_t n, double v) {
 int32_t pg_custom(uint32_t sid, double data, const uint32_t *kids, uint32_t n) {
     pg_lock();
     int32_t h = make_nary(sid, PG_OP_CUSTOM, 0, kids, n);
-    if (h >= 0) pg_N((uint32_t)h)->data = data;
+    if (h >= 0) {
+        pg_N((uint32_t)h)->data = data;
+        pg_N((uint32_t)h)->flags |= PG_F_PY_HELD;
+    }
+    h = made(h);
     pg_unlock();
     return h;
 }
@@ -214,6 +218,7 @@ int32_t pg_nary(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_
     pg_lock();
     int32_t h = make_nary(sid, op, variant, kids, n);
     if (h >= 0) pg_rules[op].forward(pg_N((uint32_t)h));
+    h = made(h);
     pg_unlock();
     return h;
 }
@@ -226,7 +231,6 @@ int pg_op(uint32_t h) { return pg_N(h)->op; }
 int pg_flags(uint32_t h) { return pg_N(h)->flags; }
 int pg_variant(uint32_t h) { return pg_N(h)->variant; }
 double pg_exponent(uint32_t h) { return pg_N(h)->aux.k; }
-uint32_t pg_refs(uint32_t h) { return pg_N(h)->refs; }
 
 uint32_t pg_nkids(uint32_t h) {
     const uint32_t *kids;

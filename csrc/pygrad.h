@@ -2,7 +2,8 @@
  * pygrad's public C API: the only header Python's cffi layer sees.
  *
  * A node is named by a handle, a small integer (segment id << PG_SEG_BITS |
- * offset) that stays below 2^30 so that cffi converts it on its fast path.
+ * offset) that stays below 2^30 so that cffi converts it on its fast path;
+ * PG_MAX_SEGS segments fill that handle space.
  * Functions that create nodes return the new handle, or a negative PG_E_*
  * code.  Nothing here aborts, exits or prints.
  *
@@ -14,6 +15,7 @@
 #ifndef PYGRAD_H
 #define PYGRAD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define PG_OP(code, name, arity) PG_OP_##code,
@@ -32,6 +34,11 @@ enum pg_op {
 #define PG_E_FULL -1
 #define PG_E_NOMEM -2
 #define PG_E_ARG -3
+#define PG_E_SPACE -4
+#define PG_E_SWEEP -5
+/* A creator returns PG_HELD - h (<= PG_HELD) for a new node h that is
+ * Python-held: its Value must hold its children's Values (pygrad/_lifetime.py). */
+#define PG_HELD -16
 
 /* LINEAR's variant: activation (low bits) | PG_LINEAR_BIAS. */
 #define PG_ACT_NONE 0
@@ -40,30 +47,45 @@ enum pg_op {
 #define PG_ACT_SIGMOID 3
 #define PG_LINEAR_BIAS 4
 
-/* Node flags visible to Python. */
+/* Node flags visible to Python.  PY_HELD: a Python-defined node (a custom
+ * op), or one with such a node below it. */
 #define PG_F_INT_EXPONENT 1
 #define PG_F_PY_BACKWARD 2
+#define PG_F_PY_HELD 4
 
-typedef struct pg_sweep pg_sweep;
-
-/* Segments: Python holds one "claim" per live segment object. */
-int32_t pg_seg_new(void);
-void pg_seg_claim(uint32_t sid);
-int32_t pg_seg_release(uint32_t sid);
+/* A claim Python holds on a graph segment or on one node (memory.c explains
+ * lifetime).  Python allocates it zeroed, wraps it with ffi.gc(claim,
+ * pg_release), then lets one call fill it. */
+#define PG_CLAIM_NONE 0
+#define PG_CLAIM_SEGMENT 1
+#define PG_CLAIM_NODE 2
+typedef struct pg_claim {
+    uint32_t kind;
+    uint32_t id;
+} pg_claim;
+void pg_release(pg_claim *c);
+/* A new graph segment claimed by c: its sid, PG_E_NOMEM or PG_E_SPACE. */
+int32_t pg_open_segment(pg_claim *c);
+/* A new leaf (leaf pool) held by c: its handle, PG_E_NOMEM or PG_E_SPACE. */
+int32_t pg_new_leaf(pg_claim *c, double data);
+/* c holds live node h: 0, or PG_E_ARG. */
+int32_t pg_hold(pg_claim *c, uint32_t h);
 uint32_t pg_seg_used(uint32_t sid);
 
-/* Node creation in segment sid.  PG_E_FULL means: open a new segment, retry. */
-int32_t pg_leaf(uint32_t sid, double data);
+/* Node creation in graph segment sid.  PG_E_FULL means: open a new
+ * segment, retry. */
 int32_t pg_unary(uint32_t sid, int op, uint32_t a);
 int32_t pg_binary(uint32_t sid, int op, uint32_t a, uint32_t b);
 int32_t pg_binary_k(uint32_t sid, int op, uint32_t a, double k, int k_first);
 int32_t pg_powk(uint32_t sid, uint32_t a, double k, int k_is_int);
+/* A Python-defined node (always Python-held). */
 int32_t pg_custom(uint32_t sid, double data, const uint32_t *kids, uint32_t n);
 /* An n-ary node (LINEAR, SUM, LOGSUMEXP) over kids[0..n). */
 int32_t pg_nary(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_t n);
 /* A layer of nout LINEAR nodes sharing inputs x[0..nin): neuron j's
  * parameters are params[j*(nin+1) ..] = b, w0, ..., w(nin-1).  Writes the
- * new handles to out; returns 0 or a PG_E_* (nothing made on error). */
+ * new handles to out; returns 0, 1 when the outputs are Python-held, or a
+ * PG_E_* (nothing made on error). */
 int32_t pg_linear_layer(uint32_t sid, int act, const uint32_t *params, const uint32_t *x,
                         uint32_t nin, uint32_t nout, uint32_t *out);
 /* A user-defined op (pygrad.Function): value `data`, and the partial
@@ -96,44 +118,40 @@ int pg_variant(uint32_t h);
 double pg_exponent(uint32_t h);
 uint32_t pg_nkids(uint32_t h);
 uint32_t pg_kid(uint32_t h, uint32_t i);
-uint32_t pg_refs(uint32_t h);
 const char *pg_op_name(int op);
 
-/* Python-side extras (label, op name, custom backward) of a node, and the
- * notices Python drains after pg_seg_release reports them pending. */
+/* The index of a node's Python-side record (label, op name), 0 for none
+ * or for a handle that names no live node. */
 uint32_t pg_extra(uint32_t h);
 int pg_set_extra(uint32_t h, uint32_t extra);
-uint32_t pg_take_reaped(uint32_t *out, uint32_t cap);
-
-/* A node whose backward is a Python closure.  When the last Value holding
- * the closure goes while parents still need it, the node is pinned and the
- * closure kept; once the parents are gone the node is queued as an orphan,
- * and pg_unpin_orphan lets it go. */
+/* Node h's backward is a Python closure. */
 int pg_set_py_backward(uint32_t h);
-int pg_pin_if_parented(uint32_t h);
-void pg_unpin(uint32_t h);
-int pg_unpin_orphan(uint32_t h);
-uint32_t pg_take_orphans(uint32_t *out, uint32_t cap);
-
-/* A claim on one node rather than its segment.  pg_unref returns the
- * number of notices pending, as pg_seg_release does. */
-void pg_ref(uint32_t h);
-int32_t pg_unref(uint32_t h);
 
 /* Backward.  Returns 0 when done, h + 1 when node h needs its Python
- * backward run (then call pg_backward_resume), or a negative PG_E_*. */
-int32_t pg_backward(uint32_t root, pg_sweep **sweep);
+ * backward run (then call pg_backward_resume), or a negative PG_E_*:
+ * PG_E_SWEEP asks for a sweep (sweep was NULL and a Python backward may be
+ * met), before anything changed.  The sweep is Python's, zeroed, and
+ * released by pg_sweep_clear (ffi.gc). */
+typedef struct pg_sweep {
+    uint32_t *order;       /* the recorded walk, parents first */
+    size_t n, cap, pos;
+} pg_sweep;
+int32_t pg_backward(uint32_t root, pg_sweep *sweep);
 int32_t pg_backward_resume(pg_sweep *sweep);
-void pg_sweep_free(pg_sweep *sweep);
+void pg_sweep_clear(pg_sweep *sweep);
 void pg_node_backward(uint32_t h);
 
-/* Replay: a graph compiled once, re-run forward and backward in C. */
-typedef struct pg_program pg_program;
-int32_t pg_compile(uint32_t root, pg_program **out, uint32_t *bad_node);
+/* Replay: a graph compiled once, re-run forward and backward in C.  The
+ * program is Python's, zeroed, and released by pg_program_clear. */
+typedef struct pg_program {
+    uint32_t *order;       /* newest first: parents before children */
+    size_t n;
+} pg_program;
+int32_t pg_compile(uint32_t root, pg_program *p, uint32_t *bad_node);
 double pg_program_forward(pg_program *p);
 void pg_program_backward(pg_program *p);
 uint32_t pg_program_size(const pg_program *p);
-void pg_program_free(pg_program *p);
+void pg_program_clear(pg_program *p);
 
 /* Test hook: the n-th heap allocation from now fails (0 disarms), as if
  * the system were out of memory.  Taking a pooled segment counts as an
@@ -141,10 +159,17 @@ void pg_program_free(pg_program *p);
  * once the failure has happened. */
 void pg_fail_alloc(uint32_t n);
 uint32_t pg_fail_alloc_pending(void);
+/* Test hook: the n-th return of a segment mapping to the OS fails (0
+ * disarms); the mapping is then kept pooled.  pg_unmap_failed counts them. */
+void pg_fail_unmap(uint32_t n);
+uint32_t pg_unmap_failed(void);
 
 /* Accounting, for tests and benchmarks. */
 uint64_t pg_live_nodes(void);
 uint32_t pg_live_segments(void);
+/* Segments opened so far: a counter that moves whenever new nodes may
+ * have been made in a new segment. */
+uint64_t pg_segment_births(void);
 uint32_t pg_node_size(void);
 
 /* cdef-end */

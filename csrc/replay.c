@@ -11,11 +11,6 @@
 #include <stdlib.h>
 #include "node.h"
 
-struct pg_program {
-    uint32_t *order;       /* newest first: parents before children */
-    size_t n;
-};
-
 /* Nodes whose forward value or gradient lives in Python can't replay. */
 static int replayable(const pg_node *n) {
     if (n->flags & PG_F_PY_BACKWARD) return 0;
@@ -24,23 +19,21 @@ static int replayable(const pg_node *n) {
     return 1;
 }
 
-int32_t pg_compile(uint32_t root, pg_program **out, uint32_t *bad_node) {
-    *out = NULL;
-    pg_program *p = pg_malloc(sizeof *p);
-    if (p == NULL) return PG_E_NOMEM;
-    int rc = pg_record_order(root, &p->order, &p->n);
-    if (rc < 0) {
-        free(p);
-        return rc;
-    }
-    for (size_t i = 0; i < p->n; i++) {
-        if (!replayable(pg_N(p->order[i]))) {
-            *bad_node = p->order[i];
-            pg_program_free(p);
+int32_t pg_compile(uint32_t root, pg_program *p, uint32_t *bad_node) {
+    pg_program_clear(p);
+    uint32_t *order;
+    size_t n;
+    int rc = pg_record_order(root, &order, &n);
+    if (rc < 0) return rc;
+    for (size_t i = 0; i < n; i++) {
+        if (!replayable(pg_N(order[i]))) {
+            *bad_node = order[i];
+            free(order);
             return PG_E_ARG;
         }
     }
-    *out = p;
+    p->order = order;
+    p->n = n;
     return 0;
 }
 
@@ -67,8 +60,9 @@ void pg_program_backward(pg_program *p) {
 
 uint32_t pg_program_size(const pg_program *p) { return (uint32_t)p->n; }
 
-void pg_program_free(pg_program *p) {
+void pg_program_clear(pg_program *p) {
     if (p == NULL) return;
     free(p->order);
-    free(p);
+    p->order = NULL;
+    p->n = 0;
 }

@@ -1,246 +1,254 @@
-"""Python's side of node lifetime (see csrc/memory.c for the C side).
+"""Python's side of node lifetime.  csrc/memory.c has the whole design and
+its state diagram; in short:
 
-Every ``Value`` holds a ``Segment``: Python's claim on the C segment its node
-lives in.  No per-Value finalizer runs; when the last Value of a segment goes,
-the ``Segment`` dies and one C call frees every node of it that no parent
-holds, cascading down the graph.
-
-Python-side data a node needs beyond its numbers (a label, a custom op name,
-a backward written in Python) lives in ``NodeExtra`` records indexed from the
-C node; when C frees such a node it queues the index, and ``ExtraTable.drain``
-drops the record.
+* **Claims.**  A Value holds its node through ``_s``: either the
+  ``Segment`` its node was made in (op results share one per C graph
+  segment, so an op costs no per-node bookkeeping), or a node claim of its
+  own (leaves, custom ops, Values met through ``_prev``).  Both release in C
+  (``ffi.gc`` with ``lib.pg_release``): no Python code runs when a Value
+  dies, so an interrupt can't cut a release in half.
+* **Python-held nodes.**  A node made in Python (``Value(x, children, op)``,
+  usually with a ``_backward`` closure) and every node above one keep their
+  children's Values in ``_kids``, as micrograd's ``_prev`` does, so the
+  closure's cycle is one the garbage collector sees and frees.
+* **One Value per node.**  ``_prev`` hands out the Value that already
+  exists for a node: registered ones (leaves, Python-held nodes, Values
+  ``_prev`` made), or, for op results, the Values found holding the node's
+  segment (``gc.get_referrers``), once per segment.
+* **Settling.**  A Value kept after its graph is dropped would keep its whole
+  segment (and all the segment reaches).  When closed segments pile up,
+  their remaining Values trade the segment claim for a node claim of their
+  own, and the segment goes: a kept Value pins only its own subgraph.
+* **Node records.**  ``label`` and custom op names belong to the node, not to
+  a Value object, so they live in ``extras``, indexed from the C node.
 """
+import gc
+import os
 import threading
 import weakref
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ._core import ffi, lib
 
+_SEG_BITS = lib.PG_SEG_BITS
 
-class ExtraTable:
-    """Index -> NodeExtra, for the few nodes that carry Python data."""
 
-    __slots__ = ("items", "free", "lock", "draining", "buf")
+def _claim() -> Any:
+    """An empty claim, released in C when it dies: made first, filled by one
+    C call after, so that it can never be lost or released twice."""
+    return ffi.gc(ffi.new("pg_claim *"), lib.pg_release)
+
+
+def _check(rc: int, what: str) -> int:
+    if rc == lib.PG_E_SPACE:
+        raise MemoryError(f"pygrad: the handle space is full ({lib.PG_MAX_SEGS:,} segments of "
+                          f"{lib.PG_SEG_NODES:,} nodes, 2**30 nodes) while making {what}; "
+                          "too many Values are alive")
+    if rc == lib.PG_E_NOMEM:
+        raise MemoryError(f"pygrad: out of memory for {what}")
+    if rc < 0:
+        raise ValueError(f"pygrad: invalid node for {what} (a Value whose node no longer exists)")
+    return rc
+
+
+class Segment:
+    """Python's claim on one C graph segment, shared by the Values made in
+    it.  ``found``: its Values have been registered (see ``find_values``)."""
+
+    __slots__ = ("sid", "claim", "found", "__weakref__")
 
     def __init__(self) -> None:
-        self.items: List[Optional["NodeExtra"]] = [None]   # index 0 means "none"
-        self.free: List[int] = []
-        # Re-entrant: a finalizer may run drain() while this thread holds it.
-        self.lock = threading.RLock()
-        self.draining = False
-        self.buf = ffi.new("uint32_t[]", 256)
+        claim = _claim()
+        self.sid = _check(lib.pg_open_segment(claim), "a new node segment")
+        self.claim = claim
+        self.found = False
 
-    def get(self, h: int) -> "Optional[NodeExtra]":
+    def __reduce__(self) -> Any:
+        raise TypeError("a pygrad claim on C memory can't be copied or pickled")
+
+
+def hold(h: int) -> Any:
+    """A node claim on live node h."""
+    claim = _claim()
+    _check(lib.pg_hold(claim, h), "a node claim")
+    return claim
+
+
+def new_leaf(data: float) -> "tuple[int, Any]":
+    """A new leaf in the leaf pool: its handle and the claim that holds it."""
+    claim = _claim()
+    return _check(lib.pg_new_leaf(claim, data), "a leaf"), claim
+
+
+# -- one Value per node ---------------------------------------------------------
+
+class Registry:
+    """Handle -> the live Value of that node, by weak reference (no
+    callbacks, which would run Python code when a Value dies); dead entries
+    are purged when the table has doubled."""
+
+    __slots__ = ("refs", "live", "segments", "lock")
+
+    def __init__(self) -> None:
+        self.refs: Dict[int, "weakref.ref[Any]"] = {}
+        self.live = 64
+        # sid -> weak reference to its Segment, for find_values and settle.
+        self.segments: Dict[int, "weakref.ref[Segment]"] = {}
+        self.lock = threading.RLock()
+
+    def add(self, v: Any) -> None:
+        self.refs[v._h] = weakref.ref(v)
+        if len(self.refs) > 2 * self.live:
+            with self.lock:
+                self.refs = {h: r for h, r in self.refs.items() if r() is not None}
+                self.live = max(64, len(self.refs))
+
+    def get(self, h: int) -> Any:
+        r = self.refs.get(h)
+        return r() if r is not None else None
+
+    def add_segment(self, seg: Segment) -> None:
+        self.segments[seg.sid] = weakref.ref(seg)     # a reused sid overwrites
+
+    def segments_alive(self) -> List[Segment]:
+        alive = [s for s in (r() for r in list(self.segments.values())) if s is not None]
+        if len(alive) * 2 < len(self.segments):
+            with self.lock:
+                self.segments = {s.sid: weakref.ref(s) for s in alive}
+        return alive
+
+    def segment(self, sid: int) -> Optional[Segment]:
+        r = self.segments.get(sid)
+        seg = r() if r is not None else None
+        return seg if seg is not None and seg.sid == sid else None
+
+
+registry = Registry()
+
+
+def values_holding(seg: Segment, value_type: type) -> List[Any]:
+    """The Values that hold segment ``seg`` (op results made in it)."""
+    return [w for w in gc.get_referrers(seg) if isinstance(w, value_type) and w._s is seg]
+
+
+def find_values(seg: Segment, value_type: type, close: Callable[[Segment], None]) -> None:
+    """Register the Values made in ``seg``, once: the segment is closed
+    first (no Value joins it later), so one scan finds them all."""
+    with registry.lock:
+        if seg.found:
+            return
+        close(seg)
+        for w in values_holding(seg, value_type):
+            registry.add(w)
+        seg.found = True
+
+
+class Settler:
+    """Trades the segment claims of Values kept in closed segments for node
+    claims, so that those segments (and what only they held) are freed.
+    Runs when the number of live closed segments has doubled since the last
+    time, so its cost (one scan of Python's objects) stays amortized."""
+
+    __slots__ = ("threshold", "opened")
+
+    def __init__(self) -> None:
+        self.threshold = 64
+        self.opened = 0
+
+    def segment_opened(self, current: Optional[Segment], value_type: type) -> None:
+        self.opened += 1
+        if self.opened < self.threshold:
+            return
+        self.opened = 0
+        alive = registry.segments_alive()
+        if len(alive) <= self.threshold or not registry.lock.acquire(blocking=False):
+            return
+        try:
+            for seg in alive:
+                if seg is current:
+                    continue
+                for w in values_holding(seg, value_type):
+                    claim = hold(w._h)
+                    w._s = claim        # one store: the Value is never unheld
+                    registry.add(w)
+                seg.found = True
+            del alive, seg
+            self.threshold = max(64, 2 * len(registry.segments_alive()))
+        finally:
+            registry.lock.release()
+
+
+settler = Settler()
+
+
+# -- node records: label and custom op name -------------------------------------
+
+class NodeExtra:
+    """Python data of one node: its label and custom op name."""
+
+    __slots__ = ("h", "label", "op")
+
+    def __init__(self, h: int) -> None:
+        self.h = h
+        self.label = ""
+        self.op = ""
+
+
+class ExtraTable:
+    """Index -> NodeExtra, for the few nodes that carry Python data.  C
+    stores the index in the node and forgets it when the node dies; records
+    whose node no longer points at them are purged when the table has
+    doubled (a purge only drops and rebuilds, so an interrupt can't lose
+    anything)."""
+
+    __slots__ = ("items", "free", "live", "lock")
+
+    def __init__(self) -> None:
+        self.items: List[Optional[NodeExtra]] = [None]   # index 0 means "none"
+        self.free: List[int] = []
+        self.live = 64
+        self.lock = threading.RLock()
+
+    def get(self, h: int) -> Optional[NodeExtra]:
         i = lib.pg_extra(h)
         return self.items[i] if i else None
 
-    def get_or_create(self, h: int) -> "NodeExtra":
+    def get_or_create(self, h: int) -> NodeExtra:
         with self.lock:
             i = lib.pg_extra(h)
-            if i:
-                return self.items[i]
-            extra = NodeExtra()
+            if i and self.items[i] is not None:
+                return self.items[i]  # type: ignore[return-value]
+            if not self.free and len(self.items) > 2 * self.live:
+                self.purge()
+            extra = NodeExtra(h)
             if self.free:
                 i = self.free.pop()
                 self.items[i] = extra
             else:
                 i = len(self.items)
                 self.items.append(extra)
-            if lib.pg_set_extra(h, i) < 0:
-                self.items[i] = None
-                self.free.append(i)
-                raise MemoryError("pygrad: out of memory for node extras")
+            _check(lib.pg_set_extra(h, i), "a node record")
             return extra
 
-    def drain(self) -> None:
-        """Act on C's notices: drop the records of freed nodes, and let go of
-        the closures of pinned nodes whose parents are gone.  Letting go can
-        free more nodes (and run this again from a finalizer): the nested
-        call returns at once and this loop picks its notices up."""
+    def purge(self) -> None:
         with self.lock:
-            if self.draining:
-                return
-            self.draining = True
-            try:
-                while self._drain_reaped() + self._drain_orphans():
-                    pass
-            finally:
-                self.draining = False
-
-    def _drain_reaped(self) -> int:
-        n = lib.pg_take_reaped(self.buf, 256)
-        for k in range(n):
-            i = self.buf[k]
-            self.items[i] = None
-            self.free.append(i)
-        return n
-
-    def _drain_orphans(self) -> int:
-        n = lib.pg_take_orphans(self.buf, 256)
-        handles = [self.buf[k] for k in range(n)]
-        for h in handles:
-            extra = self.get(h)
-            if lib.pg_unpin_orphan(h) and extra is not None:
-                extra.backward = None
-        return n
-
-
-class NodeExtra:
-    """Python data of one node: label, custom op name, Python backward."""
-
-    __slots__ = ("label", "op", "backward", "holder")
-
-    def __init__(self) -> None:
-        self.label = ""
-        self.op = ""
-        # A Python backward is held by a BackwardHolder while a Value of the
-        # node is alive, and moves here when the last one goes (see below).
-        self.backward: Optional[Callable[[], None]] = None
-        self.holder: "Optional[weakref.ref[BackwardHolder]]" = None
-
-    def python_backward(self) -> Optional[Callable[[], None]]:
-        if self.backward is not None:
-            return self.backward
-        holder = self.holder() if self.holder is not None else None
-        return holder.backward if holder is not None else None
+            items = self.items
+            for i in range(1, len(items)):
+                e = items[i]
+                if e is not None and lib.pg_extra(e.h) != i:
+                    items[i] = None
+            self.free = [i for i in range(1, len(items)) if items[i] is None]
+            self.live = max(64, len(items) - len(self.free))
 
 
 extras = ExtraTable()
 
 
-class Claim:
-    """A claim on C memory is released exactly once, when it dies: a copy
-    would release it twice, so copying or pickling one is refused."""
-
-    __slots__ = ()
-
-    def __reduce__(self) -> Any:
-        raise TypeError("a pygrad claim on C memory can't be copied or pickled")
+def _after_fork_in_child() -> None:
+    # Locks held by other threads at fork() stay locked in the child.
+    registry.lock = threading.RLock()
+    extras.lock = threading.RLock()
 
 
-class Segment(Claim):
-    """Python's claim on one C segment of nodes; released when it dies."""
-
-    __slots__ = ("sid",)
-
-    def __init__(self, sid: int) -> None:
-        self.sid = sid
-
-    def __del__(self, _release=lib.pg_seg_release, _drain=extras.drain) -> None:
-        # Defaults bind what is needed: this may run after module teardown.
-        if _release(self.sid) > 0:
-            _drain()
-
-
-class NodePin(Claim):
-    """A claim on one node instead of its whole segment (see narrow_claims)."""
-
-    __slots__ = ("h",)
-
-    def __init__(self, h: int) -> None:
-        self.h = h
-        lib.pg_ref(h)
-
-    def __del__(self, _unref=lib.pg_unref, _drain=extras.drain) -> None:
-        if _unref(self.h) > 0:
-            _drain()
-
-
-class BackwardHolder(Claim):
-    """Stands in for the Segment of a Value whose ``_backward`` was set.
-
-    micrograd's ``_backward`` closures refer to their own ``out`` Value and
-    to its children's Values.  If a table held such a closure for the node's
-    whole life, those Values' claims would keep the node alive forever.  So
-    the closure lives here, on the Value.  When that Value goes while parents
-    still need the backward, the node is pinned in C and the closure moves
-    to its NodeExtra; once the parents are gone C reports the node as an
-    orphan and ExtraTable.drain lets go of both.  A moved closure must not
-    pin whole segments (they hold the very parents that keep it): the Values
-    it refers to are narrowed to claims on their own nodes.
-
-    The holder takes its own claim, so that its finalizer can still look at
-    the node whatever order the garbage collector finalizes a cycle in.
-    """
-
-    __slots__ = ("sid", "h", "backward", "extra", "__weakref__")
-
-    def __init__(self, h: int, backward: Callable[[], None], extra: NodeExtra) -> None:
-        self.sid: Optional[int] = h >> lib.PG_SEG_BITS
-        self.h = h
-        self.backward = backward
-        self.extra = extra
-        lib.pg_seg_claim(self.sid)
-
-    def narrow(self) -> None:
-        """Trade the segment claim for a claim on this node only."""
-        if self.sid is not None:
-            lib.pg_ref(self.h)
-            sid, self.sid = self.sid, None
-            if lib.pg_seg_release(sid) > 0:
-                extras.drain()
-
-    def __del__(self, _pin=lib.pg_pin_if_parented, _release=lib.pg_seg_release,
-                _unref=lib.pg_unref, _drain=extras.drain) -> None:
-        fn, self.backward = self.backward, None    # don't keep a cycle alive
-        if _pin(self.h):
-            self.extra.backward = fn
-            narrow_claims(fn, self)
-        del fn
-        # The garbage collector may finalize this holder before a parent's
-        # holder narrows it (both in one cycle): with sid None, narrow()
-        # then finds nothing left to release.
-        sid, self.sid = self.sid, None
-        pending = _release(sid) if sid is not None else _unref(self.h)
-        if pending > 0:
-            _drain()
-
-    @staticmethod
-    def reclaim(h: int, extra: NodeExtra) -> "BackwardHolder":
-        """A holder for a new Value of a node whose closure was moved to its
-        NodeExtra: the closure moves back, and the pin goes."""
-        holder = BackwardHolder(h, extra.backward, extra)   # type: ignore[arg-type]
-        extra.backward = None
-        lib.pg_unpin(h)
-        return holder
-
-
-def narrow_claims(fn: Callable[[], None], skip: BackwardHolder) -> None:
-    """Narrow the claims of the Values a closure refers to (in its cells and
-    defaults, and one level into tuples, lists and sets) to their own nodes.
-    Values it reaches any other way keep claiming their whole segment, which
-    holds memory longer but is never unsafe."""
-    found = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())
-             if _cell_is_set(c)]
-    found.extend(getattr(fn, "__defaults__", None) or ())
-    for obj in found:
-        for v in obj if isinstance(obj, (tuple, list, set, frozenset)) else (obj,):
-            # A C Value is known by its claim: importing engine here could
-            # fail, since this runs from finalizers, also at interpreter exit.
-            claim = getattr(v, "_s", None)
-            if isinstance(claim, Segment):
-                v._s = NodePin(v._h)
-            elif isinstance(claim, BackwardHolder) and claim is not skip:
-                claim.narrow()
-
-
-def _cell_is_set(cell: Any) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
-
-
-def new_segment() -> Segment:
-    """A fresh C segment, already claimed by the returned object."""
-    sid = lib.pg_seg_new()
-    if sid < 0:
-        raise MemoryError("pygrad: out of memory for a new node segment")
-    return Segment(sid)
-
-
-def claim(sid: int) -> Segment:
-    """A new claim on an existing segment (to wrap a node found in the graph)."""
-    lib.pg_seg_claim(sid)
-    return Segment(sid)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,17 +1,19 @@
 """The C-backed ``Value``: a drop-in for ``micrograd.engine.Value``.
 
 A Value is a thin handle: ``_h`` names its node in C, ``_s`` holds the claim
-that keeps the node's segment alive (pygrad/_lifetime.py).  The numbers and
-the graph live in C; each operator is one C call.  The forward and gradient
-rules of every op are in csrc/ops.c.
+that keeps the node alive (pygrad/_lifetime.py), and, for a node made in
+Python, ``_kids`` holds its children's Values.  The numbers and the graph
+live in C; each operator is one C call.  The forward and gradient rules of
+every op are in csrc/ops.c.  Attributes set on a Value are its own, as on
+any Python object; there is one Value per live node (``_prev`` hands out the
+ones you hold).
 """
 import numbers
-import weakref
 from typing import Any, Callable, Iterable, Set, Tuple, Union
 
 from . import _lifetime
 from ._core import ffi, lib
-from ._lifetime import BackwardHolder, Segment, extras
+from ._lifetime import Segment, extras, registry
 from ._numbers import real_or_none, to_real
 
 __all__ = ["Value"]
@@ -21,34 +23,24 @@ Operand = Union["Value", int, float]
 
 _new = object.__new__
 _SEG_BITS = lib.PG_SEG_BITS
-_E_FULL, _E_NOMEM = lib.PG_E_FULL, lib.PG_E_NOMEM
+_E_FULL, _HELD = lib.PG_E_FULL, lib.PG_HELD
 
 # The segment new nodes go into.  Each op reads it once into a local, so a
 # rollover by another thread can't separate a node from its claim.
 _seg: Segment = None  # type: ignore[assignment]
 
-# Values that graph walkers may meet again through ``_prev``: the ones made
-# by ``Value(...)`` and the ones ``_prev`` handed out, by handle.
-_canonical: "weakref.WeakValueDictionary[int, Value]" = weakref.WeakValueDictionary()
-
 _op_names: Tuple[str, ...] = ()
 
 
-def _retry(rc: int, tried: Segment, make: Callable[..., int], args: tuple) -> Tuple[Segment, int]:
-    """Slow path of node creation.  PG_E_FULL means the segment is full, or
-    an operand lives in a newer segment (another thread moved on): use the
-    current segment, or open a new one."""
+def _open_segment() -> Segment:
+    """Start new nodes in a fresh segment (and settle kept Values, now and
+    then: see _lifetime.Settler)."""
     global _seg
-    while rc == _E_FULL:
-        if _seg is tried:
-            _seg = _lifetime.new_segment()
-        tried = _seg
-        rc = make(tried.sid, *args)
-    if rc == _E_NOMEM:
-        raise MemoryError("pygrad: out of memory for graph nodes")
-    if rc < 0:
-        raise ValueError("pygrad: invalid operand (a Value whose node no longer exists)")
-    return tried, rc
+    seg = Segment()
+    registry.add_segment(seg)
+    _seg = seg
+    _lifetime.settler.segment_opened(seg, Value)
+    return seg
 
 
 def _end_segment() -> None:
@@ -56,55 +48,93 @@ def _end_segment() -> None:
     graph just built then has no claim from the allocator, so it is freed as
     soon as the user drops it (otherwise the last segment would wait for
     4096 more nodes)."""
-    global _seg
     if _seg is not None and lib.pg_seg_used(_seg.sid) > 0:
-        _seg = _lifetime.new_segment()
+        _open_segment()
+
+
+def _close(seg: Segment) -> None:
+    """No new node goes into ``seg`` from now on."""
+    if _seg is seg:
+        _open_segment()
 
 
 def _current_segment() -> Segment:
-    global _seg
-    if _seg is None:
-        _seg = _lifetime.new_segment()
-    return _seg
+    return _seg or _open_segment()
 
 
-def _create(make: Callable[..., int], *args: Any) -> "Value":
-    """A node from ``make(sid, *args)`` in the current segment, wrapped (the
-    path of the less frequent ops; the hot dunders inline it)."""
-    seg = _seg or _current_segment()
-    h = make(seg.sid, *args)
-    if h < 0:
-        seg, h = _retry(h, seg, make, args)
+def _wrap(h: int, seg: Segment) -> "Value":
     out = _new(Value)
     out._h = h
     out._s = seg
     return out
 
 
-def _make_nary(op: int, variant: int, handles: Any, n: int) -> "Value":
-    """A fused n-ary node over the given C array of handles."""
-    return _create(lib.pg_nary, op, variant, handles, n)
+def _held(h: int, kids: tuple) -> "Value":
+    """The Value of a new Python-held node: it holds its own node claim and
+    its children's Values."""
+    out = _new(Value)
+    out._h = h
+    out._s = _lifetime.hold(h)
+    out._kids = kids
+    registry.add(out)
+    return out
 
 
-def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int) -> "list[Value]":
+def _finish(rc: int, seg: Segment, make: Callable[..., int], args: tuple,
+            kids: tuple) -> "Value":
+    """Slow path of node creation.  PG_E_FULL means the segment is full, or
+    an operand lives in a newer segment (another thread moved on): use the
+    current segment, or open a new one.  rc <= PG_HELD names a Python-held
+    node."""
+    while rc == _E_FULL:
+        if _seg is seg:
+            _open_segment()
+        seg = _seg
+        rc = make(seg.sid, *args)
+    if rc <= _HELD:
+        return _held(_HELD - rc, kids)
+    return _wrap(_lifetime._check(rc, "a graph node"), seg)
+
+
+def _create(make: Callable[..., int], kids: tuple, *args: Any) -> "Value":
+    """A node from ``make(sid, *args)`` in the current segment, wrapped (the
+    path of the less frequent ops; the hot dunders inline it).  ``kids``:
+    the operand Values, held if the result is Python-held."""
+    seg = _seg or _current_segment()
+    h = make(seg.sid, *args)
+    if h < 0:
+        return _finish(h, seg, make, args, kids)
+    return _wrap(h, seg)
+
+
+def _make_nary(op: int, variant: int, handles: Any, n: int, kids: tuple = ()) -> "Value":
+    """A fused n-ary node over the given C array of handles (of ``kids``)."""
+    return _create(lib.pg_nary, kids, op, variant, handles, n)
+
+
+def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
+                param_values: "list[Value]" = (), xs: "list[Value]" = ()) -> "list[Value]":
     """nout fused LINEAR nodes over shared inputs (pygrad.nn.Layer)."""
     out = ffi.new("uint32_t[]", nout)
     seg = _seg or _current_segment()
     rc = lib.pg_linear_layer(seg.sid, act, params, x, nin, nout, out)
-    if rc < 0:
-        seg, rc = _retry(rc, seg, lib.pg_linear_layer, (act, params, x, nin, nout, out))
-    values = []
-    for h in out:
-        v = _new(Value)
-        v._h = h
-        v._s = seg
-        values.append(v)
-    return values
+    while rc == _E_FULL:
+        if _seg is seg:
+            _open_segment()
+        seg = _seg
+        rc = lib.pg_linear_layer(seg.sid, act, params, x, nin, nout, out)
+    _lifetime._check(rc, "a layer")
+    if rc == 1:
+        k = nin + 1
+        xs = tuple(xs)
+        return [_held(out[j], tuple(param_values[j * k:(j + 1) * k]) + xs) for j in range(nout)]
+    return [_wrap(h, seg) for h in out]
 
 
-def _make_function(data: float, kids: Any, partials: Any, n: int, name: str) -> "Value":
+def _make_function(data: float, kids: Any, partials: Any, n: int, name: str,
+                   values: tuple = ()) -> "Value":
     """A pygrad.Function node with its captured partials."""
-    out = _create(lib.pg_function, data, kids, partials, n)
+    out = _create(lib.pg_function, values, data, kids, partials, n)
     extras.get_or_create(out._h).op = name
     return out
 
@@ -134,14 +164,14 @@ def _binary(op: int, reflected: bool, doc: str) -> Callable[["Value", Any], "Val
                 a, b = b, a
             h = binary(seg.sid, op, a, b)
             if h < 0:
-                seg, h = _retry(h, seg, binary, (op, a, b))
+                return _finish(h, seg, binary, (op, a, b), (self, other))
         else:
             k = other if type(other) is float else real_or_none(other)
             if k is None:
                 return _not_a_number(other)
             h = binary_k(seg.sid, op, self._h, k, k_first)
             if h < 0:
-                seg, h = _retry(h, seg, binary_k, (op, self._h, k, k_first))
+                return _finish(h, seg, binary_k, (op, self._h, k, k_first), (self,))
         out = _new(Value)
         out._h = h
         out._s = seg
@@ -158,7 +188,7 @@ def _unary(op: int, doc: str) -> Callable[["Value"], "Value"]:
         seg = _seg
         h = unary(seg.sid, op, self._h)
         if h < 0:
-            seg, h = _retry(h, seg, unary, (op, self._h))
+            return _finish(h, seg, unary, (op, self._h), (self,))
         out = _new(Value)
         out._h = h
         out._s = seg
@@ -180,30 +210,15 @@ def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], nam
     return property(fget, fset, doc=doc)
 
 
-class _PrevSet(set):
-    """micrograd's ``_prev`` set; ``v in s`` also finds another Value of the
-    same node (a Python variable made before ``_prev`` was first read)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "{" + ", ".join(map(repr, self)) + "}" if self else "set()"
-
-    def __contains__(self, v: object) -> bool:
-        if set.__contains__(self, v):
-            return True
-        h = getattr(v, "_h", None)
-        return h is not None and any(x._h == h for x in self)
-
-
 class Value:
     """A scalar in a computation graph, with its gradient.
 
     ``Value(data, _children=(), _op='', label='')`` as in micrograd.  Data
-    and grad are stored as C doubles.
+    and grad are stored as C doubles; any other attribute can be set, as on
+    micrograd's Value.
     """
 
-    __slots__ = ("_h", "_s", "__weakref__")
+    __slots__ = ("_h", "_s", "_kids", "__dict__", "__weakref__")
 
     def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
                  label: str = "") -> None:
@@ -217,21 +232,27 @@ class Value:
             raise TypeError("Value _op and label must be str")
         seg = _seg or _current_segment()
         if kids or _op:
+            # Made in Python: held like a micrograd Value, its children too.
             arr = ffi.new("uint32_t[]", [c._h for c in kids])
-            h = lib.pg_custom(seg.sid, x, arr, len(kids))
-            if h < 0:
-                seg, h = _retry(h, seg, lib.pg_custom, (x, arr, len(kids)))
+            rc = lib.pg_custom(seg.sid, x, arr, len(kids))
+            while rc == _E_FULL:
+                if _seg is seg:
+                    _open_segment()
+                seg = _seg
+                rc = lib.pg_custom(seg.sid, x, arr, len(kids))
+            if rc > _HELD:
+                _lifetime._check(rc, "a Value")
+            h = _HELD - rc
+            self._s = _lifetime.hold(h)
+            self._kids = kids
         else:
-            h = lib.pg_leaf(seg.sid, x)
-            if h < 0:
-                seg, h = _retry(h, seg, lib.pg_leaf, (x,))
+            h, self._s = _lifetime.new_leaf(x)
         self._h = h
-        self._s = seg
         if _op or label:
             extra = extras.get_or_create(h)
             extra.op = _op
             extra.label = label
-        _canonical[h] = self
+        registry.add(self)
 
     # -- numbers ------------------------------------------------------------
 
@@ -262,27 +283,17 @@ class Value:
 
     @property
     def _prev(self) -> Set["Value"]:
-        """The children, as micrograd's set of Values."""
+        """The children, as micrograd's set of Values: the very Values that
+        exist for them (yours, while you hold them)."""
         h = self._h
-        _canonical.setdefault(h, self)
-        segs = {}
-        out = _PrevSet()
-        for i in range(lib.pg_nkids(h)):
-            k = lib.pg_kid(h, i)
-            v = _canonical.get(k)
-            if v is None:
-                v = _new(Value)
-                v._h = k
-                extra = extras.get(k)
-                if extra is not None and extra.backward is not None:
-                    v._s = BackwardHolder.reclaim(k, extra)
-                    extra.holder = weakref.ref(v._s)
-                else:
-                    sid = k >> _SEG_BITS
-                    v._s = segs.get(sid) or segs.setdefault(sid, _lifetime.claim(sid))
-                _canonical[k] = v
-            out.add(v)
-        return out
+        n = lib.pg_nkids(h)
+        if not n:
+            return set()
+        try:
+            held = {v._h: v for v in self._kids}
+        except AttributeError:
+            held = {}
+        return {held.get(k) or _value_of(k) for k in [lib.pg_kid(h, i) for i in range(n)]}
 
     @property
     def label(self) -> str:
@@ -299,50 +310,43 @@ class Value:
     @property
     def _backward(self) -> Callable[[], None]:
         """Push this node's grad into its children's grads (only them)."""
+        fn = self.__dict__.get("_backward")
+        if fn is not None:
+            return fn
         h = self._h
-        if lib.pg_flags(h) & lib.PG_F_PY_BACKWARD:
-            extra = extras.get(h)
-            fn = extra.python_backward() if extra is not None else None
-            if fn is not None:
-                return fn
-        return lambda: lib.pg_node_backward(self._h)
+        return lambda: lib.pg_node_backward(h)
 
     @_backward.setter
     def _backward(self, fn: Callable[[], None]) -> None:
+        # A micrograd custom op: set it before the Value is used in another
+        # op, so that the Values above hold this one (and so the closure).
         if not callable(fn):
             raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
-        h = self._h
-        extra = extras.get_or_create(h)
-        if lib.pg_set_py_backward(h) < 0:
-            raise MemoryError("pygrad: out of memory setting _backward")
-        holder = self._s
-        if isinstance(holder, BackwardHolder):
-            holder.backward = fn
-        else:
-            if extra.backward is not None:     # moved there by an earlier Value
-                lib.pg_unpin(h)
-                extra.backward = None
-            holder = BackwardHolder(h, fn, extra)
-            self._s = holder
-        extra.holder = weakref.ref(holder)
+        self.__dict__["_backward"] = fn
+        try:
+            self._kids
+        except AttributeError:
+            kids = tuple(self._prev)
+            self._kids = kids
+            self._s = _lifetime.hold(self._h)
+            registry.add(self)
+        lib.pg_set_py_backward(self._h)
 
     def backward(self) -> None:
         """Backpropagate from this node: its grad is set to 1, every node
         below it accumulates (``+=``) its gradient, as micrograd does."""
         _end_segment()
-        sweep = ffi.new("pg_sweep **")
-        rc = lib.pg_backward(self._h, sweep)
-        while rc > 0:
-            extra = extras.get(rc - 1)
-            fn = extra.python_backward() if extra is not None else None
-            try:
-                if fn is not None:
-                    fn()
-            except BaseException:
-                lib.pg_sweep_free(sweep[0])
-                raise
-            rc = lib.pg_backward_resume(sweep[0])
-        if rc == _E_NOMEM:
+        h = self._h
+        rc = lib.pg_backward(h, ffi.NULL)
+        if rc == lib.PG_E_SWEEP:
+            # Python closures to run: C records the order into a sweep that
+            # C frees (ffi.gc), however this loop ends.
+            sweep = ffi.gc(ffi.new("pg_sweep *"), lib.pg_sweep_clear)
+            rc = lib.pg_backward(h, sweep)
+            while rc > 0:
+                _python_backward(rc - 1)()
+                rc = lib.pg_backward_resume(sweep)
+        if rc == lib.PG_E_NOMEM:
             raise MemoryError("pygrad: out of memory in backward()")
         if rc < 0:
             raise ValueError("pygrad: backward() on a Value whose node no longer exists")
@@ -376,7 +380,7 @@ class Value:
             return _not_a_number(other)
         t = type(other)
         is_int = 0 if t is float else 1 if t is int or isinstance(other, numbers.Integral) else 0
-        return _create(lib.pg_powk, self._h, k, is_int)
+        return _create(lib.pg_powk, (self,), self._h, k, is_int)
 
     def __repr__(self) -> str:
         return f"Value(data={self.data}, grad={self.grad})"
@@ -384,24 +388,52 @@ class Value:
     # -- copies ---------------------------------------------------------------
 
     def __copy__(self) -> "Value":
-        """Another Value of the same node (as copying a micrograd Value
-        shares its data)."""
-        out = _new(Value)
-        out._h = self._h
-        out._s = self._s
-        return out
+        """A new leaf with the same data, grad, label and attributes."""
+        return _leaf(type(self), self.data, self.grad, self.label, _state(self))
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        """deepcopy and pickle: a leaf becomes a new leaf with the same data,
-        grad and label; a node with children can't be detached from its graph."""
-        if lib.pg_nkids(self._h) or lib.pg_op(self._h) != lib.PG_OP_LEAF:
-            raise TypeError("only a leaf Value can be deep-copied or pickled; a graph node "
-                            "can't leave its graph (copy its .data instead)")
-        return _leaf, (self.data, self.grad, self.label)
+        """deepcopy and pickle: a new leaf with the same data, grad, label and
+        attributes (a graph node's children stay behind)."""
+        return _leaf, (type(self), self.data, self.grad, self.label), _state(self) or None
 
 
-def _leaf(data: float, grad: float, label: str) -> Value:
-    """A new leaf (what a deep copy or an unpickled leaf Value becomes)."""
-    v = Value(data, label=label)
+def _state(v: Value) -> dict:
+    """A Value's own attributes, less a custom op's closure."""
+    return {k: x for k, x in v.__dict__.items() if k != "_backward"}
+
+
+def _leaf(cls: type, data: float, grad: float, label: str, state: Any = None) -> Value:
+    """A new leaf (what a copy or an unpickled Value becomes); a subclass
+    stays a subclass, without its __init__ being called (as pickle does)."""
+    v = cls.__new__(cls)
+    Value.__init__(v, data, label=label)
     v.grad = grad
+    if state:
+        v.__dict__.update(state)
     return v
+
+
+def _value_of(h: int) -> Value:
+    """The Value of live node h: the one that exists, else a new one."""
+    v = registry.get(h)
+    if v is None:
+        seg = registry.segment(h >> _SEG_BITS)
+        if seg is not None and not seg.found:
+            _lifetime.find_values(seg, Value, _close)
+            v = registry.get(h)
+        if v is None:
+            v = _new(Value)
+            v._h = h
+            v._s = _lifetime.hold(h)
+            registry.add(v)
+    return v
+
+
+def _python_backward(h: int) -> Callable[[], None]:
+    """The closure backward() must run for node h."""
+    v = registry.get(h)
+    fn = v.__dict__.get("_backward") if v is not None else None
+    if fn is None:
+        raise RuntimeError("pygrad: a custom op's _backward is gone: set _backward before "
+                           "the Value is used in another op, as micrograd's ops do")
+    return fn

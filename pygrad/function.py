@@ -75,7 +75,7 @@ class Function:
         if V is engine.Value:
             kids = ffi.new("uint32_t[]", [v._h for v in values])
             return engine._make_function(data, kids, ffi.new("double[]", partials), len(values),
-                                         cls.__name__)
+                                         cls.__name__, tuple(values))
         out = V(data, tuple(values), cls.__name__)
 
         def _backward() -> None:

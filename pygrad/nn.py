@@ -178,10 +178,15 @@ class Layer(Module):
         if len(xs) != nin:
             raise ValueError(f"layer expects {nin} inputs, got {len(xs)}")
         act = lib.PG_ACT_RELU if self.neurons[0].nonlin else lib.PG_ACT_NONE
-        return _engine._make_layer(act, self._param_handles, _handles(xs), nin, len(self.neurons))
+        return _engine._make_layer(act, self._param_handles, _handles(xs), nin, len(self.neurons),
+                                  self._param_values, xs)
 
     def parameters(self) -> List[Any]:
         return [p for n in self.neurons for p in n.parameters()]
+
+    def __getstate__(self) -> Any:
+        # The fused cache holds C handles: a copy makes its own.
+        return dict(self.__dict__, _param_handles=None, _param_values=[])
 
     def _structure(self) -> List[int]:
         return [len(self.neurons[0].w), len(self.neurons)]

@@ -75,6 +75,22 @@ class Optimizer:
     def _step(self, lr: float) -> None:
         raise NotImplementedError
 
+    # Copies and pickles: C handles and buffers are remade from the
+    # parameters and the numpy state (``_X_c`` views ``X``).
+    def __getstate__(self) -> Any:
+        state = {k: v for k, v in self.__dict__.items() if not isinstance(v, ffi.CData)}
+        state["_views"] = [k for k, v in self.__dict__.items()
+                           if isinstance(v, ffi.CData) and k != "_handles"]
+        return state
+
+    def __setstate__(self, state: Any) -> None:
+        views = state.pop("_views")
+        self.__dict__.update(state)
+        is_c = all(isinstance(p, engine.Value) for p in self._params)
+        self._handles = ffi.new("uint32_t[]", [p._h for p in self._params]) if is_c else None
+        for k in views:
+            setattr(self, k, ffi.from_buffer("double[]", getattr(self, k[:-2])))
+
 
 class SGD(Optimizer):
     """Stochastic gradient descent with optional momentum and weight decay;

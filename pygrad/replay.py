@@ -42,16 +42,18 @@ class Program:
         if not isinstance(root, Value):
             raise not_a_number(root, f"compile needs a pygrad.Value (C engine), not "
                                      f"{type(root).__name__}")
-        out = ffi.new("pg_program **")
+        # Made empty and released in C (ffi.gc) first: nothing is lost
+        # whatever interrupts this.
+        program = ffi.gc(ffi.new("pg_program *"), lib.pg_program_clear)
         bad = ffi.new("uint32_t *")
-        rc = lib.pg_compile(root._h, out, bad)
+        rc = lib.pg_compile(root._h, program, bad)
         if rc == lib.PG_E_NOMEM:
             raise MemoryError("pygrad: out of memory compiling the graph")
         if rc < 0:
             raise ValueError(f"cannot compile: {_describe(bad[0])}")
         self._output = root         # keeps the graph alive
-        self._program = ffi.gc(out[0], lib.pg_program_free)
-        self._n = lib.pg_program_size(out[0])
+        self._program = program
+        self._n = lib.pg_program_size(program)
 
     @property
     def output(self) -> Value:
@@ -70,6 +72,10 @@ class Program:
 
     def __len__(self) -> int:
         return self._n
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a pygrad Program can't be copied or pickled: it is compiled for "
+                        "one graph in this process; copy the model and compile again")
 
     def __repr__(self) -> str:
         return f"Program({self._n} nodes, output={self.output!r})"
@@ -125,3 +131,13 @@ class Inputs:
 
     def __len__(self) -> int:
         return len(self.values)
+
+    def __getstate__(self) -> Any:
+        return self._values
+
+    def __setstate__(self, values: Any) -> None:
+        self.__init__(values)  # type: ignore[misc]
+
+    def __deepcopy__(self, memo: Any) -> "Inputs":
+        import copy
+        return Inputs(copy.deepcopy(self._values, memo))

@@ -134,6 +134,7 @@ def test_a_failed_backward_leaves_every_grad_untouched():
     # backward() first opens a fresh segment (allocation 1), then reserves
     # its sweep (allocation 2).
     for n in (1, 2):
+        _ = w * 1.0                     # the current segment is in use
         with failing_allocation(n):
             with pytest.raises(MemoryError):
                 y.backward()

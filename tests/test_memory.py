@@ -86,7 +86,7 @@ _custom_tanh = micrograd_style_tanh(Value)
 
 def extras_in_use() -> int:
     gc.collect()
-    extras.drain()
+    extras.purge()
     return sum(e is not None for e in extras.items)
 
 
