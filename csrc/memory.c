@@ -81,6 +81,12 @@ static uint64_t births;
 static pg_seg *newest;             /* tail of the live list (older links) */
 static pg_seg *leaf_room;          /* leaf segments with a free slot */
 static uint32_t n_py_backward;
+static uint32_t seg_cap = PG_MAX_SEGS;   /* pg_limit_segments, for tests */
+
+/* Is there a segment id left in the handle space? */
+static int space_left(void) {
+    return live_segs + 1 < seg_cap && (n_free_sids > 0 || next_sid < PG_MAX_SEGS);
+}
 
 void pg_lock(void) { pg_mutex_lock(&lock); }
 void pg_unlock(void) { pg_mutex_unlock(&lock); }
@@ -98,6 +104,7 @@ __attribute__((constructor)) static void register_fork_handlers(void) {
 
 static pg_seg *seg_new(int leaf) {
     uint32_t sid;
+    if (!space_left()) return NULL;
     if (n_free_sids > 0) sid = free_sids[--n_free_sids];
     else if (next_sid < PG_MAX_SEGS) sid = next_sid++;
     else return NULL;
@@ -252,7 +259,7 @@ void pg_release(pg_claim *c) {
 int32_t pg_open_segment(pg_claim *c) {
     if (c->kind != PG_CLAIM_NONE) return PG_E_ARG;
     pg_lock();
-    int32_t rc = n_free_sids == 0 && next_sid >= PG_MAX_SEGS ? PG_E_SPACE : PG_E_NOMEM;
+    int32_t rc = space_left() ? PG_E_NOMEM : PG_E_SPACE;
     pg_seg *seg = seg_new(0);
     if (seg != NULL) {
         c->kind = PG_CLAIM_SEGMENT;
@@ -269,7 +276,7 @@ int32_t pg_new_leaf(pg_claim *c, double data) {
     pg_seg *seg = leaf_room;
     int32_t rc = PG_E_NOMEM;
     if (seg == NULL) {
-        if (n_free_sids == 0 && next_sid >= PG_MAX_SEGS) rc = PG_E_SPACE;
+        if (!space_left()) rc = PG_E_SPACE;
         else if ((seg = seg_new(1)) != NULL) room_add(seg);
     }
     if (seg != NULL) {
@@ -407,6 +414,12 @@ uint32_t pg_live_segments(void) {
     uint32_t n = live_segs;
     pg_unlock();
     return n;
+}
+
+void pg_limit_segments(uint32_t n) {
+    pg_lock();
+    seg_cap = n == 0 || n > PG_MAX_SEGS ? PG_MAX_SEGS : n;
+    pg_unlock();
 }
 
 uint64_t pg_segment_births(void) {

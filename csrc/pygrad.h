@@ -164,6 +164,10 @@ uint32_t pg_fail_alloc_pending(void);
 void pg_fail_unmap(uint32_t n);
 uint32_t pg_unmap_failed(void);
 
+/* Test hook: at most n live segments (0: the whole handle space), to
+ * exhaust the handle space without 2^30 nodes. */
+void pg_limit_segments(uint32_t n);
+
 /* Accounting, for tests and benchmarks. */
 uint64_t pg_live_nodes(void);
 uint32_t pg_live_segments(void);

@@ -157,14 +157,18 @@ class Settler:
 
     def segment_opened(self, current: Optional[Segment], value_type: type) -> None:
         self.opened += 1
-        if self.opened < self.threshold:
-            return
-        self.opened = 0
-        alive = registry.segments_alive()
-        if len(alive) <= self.threshold or not registry.lock.acquire(blocking=False):
+        if self.opened >= self.threshold:
+            self.opened = 0
+            if len(registry.segments_alive()) > self.threshold:
+                self.settle(current, value_type)
+
+    def settle(self, current: Optional[Segment], value_type: type) -> None:
+        """Settle every live closed segment now (another thread settling
+        already: return)."""
+        if not registry.lock.acquire(blocking=False):
             return
         try:
-            for seg in alive:
+            for seg in registry.segments_alive():
                 if seg is current:
                     continue
                 for w in values_holding(seg, value_type):
@@ -172,7 +176,7 @@ class Settler:
                     w._s = claim        # one store: the Value is never unheld
                     registry.add(w)
                 seg.found = True
-            del alive, seg
+            seg = None
             self.threshold = max(64, 2 * len(registry.segments_alive()))
         finally:
             registry.lock.release()

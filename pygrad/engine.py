@@ -25,9 +25,18 @@ _new = object.__new__
 _SEG_BITS = lib.PG_SEG_BITS
 _E_FULL, _HELD = lib.PG_E_FULL, lib.PG_HELD
 
+
+class _NoSegment:
+    """Stands for "no segment open": C refuses sid 0, which sends an op to
+    the slow path, where a segment is opened."""
+
+    __slots__ = ()
+    sid = 0
+
+
 # The segment new nodes go into.  Each op reads it once into a local, so a
 # rollover by another thread can't separate a node from its claim.
-_seg: Segment = None  # type: ignore[assignment]
+_seg: Segment = _NoSegment()  # type: ignore[assignment]
 
 _op_names: Tuple[str, ...] = ()
 
@@ -36,7 +45,12 @@ def _open_segment() -> Segment:
     """Start new nodes in a fresh segment (and settle kept Values, now and
     then: see _lifetime.Settler)."""
     global _seg
-    seg = Segment()
+    try:
+        seg = Segment()
+    except MemoryError:
+        # Let go of the full segment too: what it alone kept can then be freed.
+        _seg = _NoSegment()  # type: ignore[assignment]
+        raise
     registry.add_segment(seg)
     _seg = seg
     _lifetime.settler.segment_opened(seg, Value)
@@ -48,18 +62,23 @@ def _end_segment() -> None:
     graph just built then has no claim from the allocator, so it is freed as
     soon as the user drops it (otherwise the last segment would wait for
     4096 more nodes)."""
-    if _seg is not None and lib.pg_seg_used(_seg.sid) > 0:
+    if lib.pg_seg_used(_seg.sid) > 0:
         _open_segment()
+
+
+def settle() -> None:
+    """Let go of the segments kept only by Values that outlived their graph:
+    each such Value then holds its own node, and the rest of its segment
+    is freed.  pygrad does this by itself whenever kept segments have
+    doubled (from 64); call it to make live-node counts exact now."""
+    _end_segment()
+    _lifetime.settler.settle(_seg, Value)
 
 
 def _close(seg: Segment) -> None:
     """No new node goes into ``seg`` from now on."""
     if _seg is seg:
         _open_segment()
-
-
-def _current_segment() -> Segment:
-    return _seg or _open_segment()
 
 
 def _wrap(h: int, seg: Segment) -> "Value":
@@ -86,7 +105,7 @@ def _finish(rc: int, seg: Segment, make: Callable[..., int], args: tuple,
     an operand lives in a newer segment (another thread moved on): use the
     current segment, or open a new one.  rc <= PG_HELD names a Python-held
     node."""
-    while rc == _E_FULL:
+    while rc == _E_FULL or not seg.sid:
         if _seg is seg:
             _open_segment()
         seg = _seg
@@ -100,7 +119,7 @@ def _create(make: Callable[..., int], kids: tuple, *args: Any) -> "Value":
     """A node from ``make(sid, *args)`` in the current segment, wrapped (the
     path of the less frequent ops; the hot dunders inline it).  ``kids``:
     the operand Values, held if the result is Python-held."""
-    seg = _seg or _current_segment()
+    seg = _seg
     h = make(seg.sid, *args)
     if h < 0:
         return _finish(h, seg, make, args, kids)
@@ -116,9 +135,9 @@ def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
                 param_values: "list[Value]" = (), xs: "list[Value]" = ()) -> "list[Value]":
     """nout fused LINEAR nodes over shared inputs (pygrad.nn.Layer)."""
     out = ffi.new("uint32_t[]", nout)
-    seg = _seg or _current_segment()
+    seg = _seg
     rc = lib.pg_linear_layer(seg.sid, act, params, x, nin, nout, out)
-    while rc == _E_FULL:
+    while rc == _E_FULL or not seg.sid:
         if _seg is seg:
             _open_segment()
         seg = _seg
@@ -230,12 +249,12 @@ class Value:
                                 f"{type(c).__module__}.{type(c).__qualname__}")
         if not isinstance(_op, str) or not isinstance(label, str):
             raise TypeError("Value _op and label must be str")
-        seg = _seg or _current_segment()
+        seg = _seg
         if kids or _op:
             # Made in Python: held like a micrograd Value, its children too.
             arr = ffi.new("uint32_t[]", [c._h for c in kids])
             rc = lib.pg_custom(seg.sid, x, arr, len(kids))
-            while rc == _E_FULL:
+            while rc == _E_FULL or not seg.sid:
                 if _seg is seg:
                     _open_segment()
                 seg = _seg

@@ -89,7 +89,7 @@ class Optimizer:
         is_c = all(isinstance(p, engine.Value) for p in self._params)
         self._handles = ffi.new("uint32_t[]", [p._h for p in self._params]) if is_c else None
         for k in views:
-            setattr(self, k, ffi.from_buffer("double[]", getattr(self, k[:-2])))
+            setattr(self, k, ffi.from_buffer("double[]", getattr(self, k[1:-2])))
 
 
 class SGD(Optimizer):

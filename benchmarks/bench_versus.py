@@ -1,0 +1,127 @@
+"""This tree's engine against another checkout's, side by side in one run.
+
+    git worktree add ../base main && (cd ../base && python setup.py build_ext --inplace)
+    python benchmarks/bench_versus.py --baseline ../base
+
+Each repeat runs one fresh process per tree, alternating (base, this, base,
+this, ...), so that load on a shared machine hits both alike.  Each process
+measures the eager tier on the same workloads:
+
+  forward   ns per op building a 200,000-op chain (y * w + c, then relu)
+  backward  ns per node of backward() over that chain
+  value     ns per Value(x) made (a leaf)
+  moons     ms per step of micrograd's moons loop (its own nn code, written
+            against Value, 30 samples, eager)
+
+It prints the median of each figure per tree and the ratio this / base.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from typing import Dict, List
+
+PROBE = r'''
+import gc, json, random, sys, time
+from pygrad import Value
+
+def chain(n):
+    w, c = Value(0.999), Value(0.001)
+    y = Value(1.0)
+    t = time.perf_counter()
+    for _ in range(n // 3):
+        y = (y * w + c).relu()
+    fwd = (time.perf_counter() - t) / (3 * (n // 3))
+    t = time.perf_counter()
+    y.backward()
+    bwd = (time.perf_counter() - t) / (3 * (n // 3))
+    return fwd, bwd
+
+def leaves(n):
+    t = time.perf_counter()
+    keep = [Value(0.5) for _ in range(n)]
+    return (time.perf_counter() - t) / n
+
+def moons_step(steps):
+    random.seed(0)
+    class Neuron:
+        def __init__(self, nin, nonlin=True):
+            self.w = [Value(random.uniform(-1, 1)) for _ in range(nin)]
+            self.b = Value(0)
+            self.nonlin = nonlin
+        def __call__(self, x):
+            act = sum((wi * xi for wi, xi in zip(self.w, x)), self.b)
+            return act.relu() if self.nonlin else act
+        def parameters(self):
+            return self.w + [self.b]
+    class Layer:
+        def __init__(self, nin, nout, **kw):
+            self.neurons = [Neuron(nin, **kw) for _ in range(nout)]
+        def __call__(self, x):
+            out = [n(x) for n in self.neurons]
+            return out[0] if len(out) == 1 else out
+        def parameters(self):
+            return [p for n in self.neurons for p in n.parameters()]
+    sizes = [2, 16, 16, 1]
+    layers = [Layer(sizes[i], sizes[i + 1], nonlin=i != 2) for i in range(3)]
+    params = [p for l in layers for p in l.parameters()]
+    X = [[random.uniform(-1, 2), random.uniform(-1, 1)] for _ in range(30)]
+    Y = [1 if x[0] > 0.5 else -1 for x in X]
+    t = time.perf_counter()
+    for k in range(steps):
+        scores = []
+        for x in X:
+            v = list(map(Value, x))
+            for l in layers:
+                v = l(v)
+            scores.append(v)
+        losses = [(1 + -yi * s).relu() for yi, s in zip(Y, scores)]
+        loss = sum(losses) * (1.0 / len(losses)) + 1e-4 * sum(p * p for p in params)
+        for p in params:
+            p.grad = 0.0
+        loss.backward()
+        for p in params:
+            p.data -= 0.05 * p.grad
+    return (time.perf_counter() - t) / steps
+
+fwd, bwd = chain(int(sys.argv[1]))
+gc.collect()
+out = {"forward": fwd * 1e9, "backward": bwd * 1e9, "value": leaves(100_000) * 1e9,
+       "moons": moons_step(5) * 1e3}
+print(json.dumps(out))
+'''
+
+
+def run(tree: str, ops: int) -> Dict[str, float]:
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
+    out = subprocess.run([sys.executable, "-c", PROBE, str(ops)], env=env, capture_output=True,
+                         text=True, cwd=os.path.abspath(tree), check=True)
+    return json.loads(out.stdout)
+
+
+def main(argv: "List[str] | None" = None) -> Dict[str, Dict[str, float]]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--baseline", required=True, help="another checkout, built in place")
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--ops", type=int, default=200_000)
+    args = ap.parse_args(argv)
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    samples: Dict[str, List[Dict[str, float]]] = {"base": [], "this": []}
+    for _ in range(args.repeats):
+        samples["base"].append(run(args.baseline, args.ops))
+        samples["this"].append(run(here, args.ops))
+    med = {tree: {k: statistics.median(s[k] for s in runs) for k in runs[0]}
+           for tree, runs in samples.items()}
+    print(f"{'figure':<10} {'base':>10} {'this':>10} {'this/base':>10}   "
+          f"(median of {args.repeats}, alternating processes)")
+    for k, unit in (("forward", "ns/op"), ("backward", "ns/node"), ("value", "ns/leaf"),
+                    ("moons", "ms/step")):
+        b, t = med["base"][k], med["this"][k]
+        print(f"{k:<10} {b:>10.1f} {t:>10.1f} {t / b:>10.3f}   {unit}")
+    return med
+
+
+if __name__ == "__main__":
+    main()

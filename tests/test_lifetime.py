@@ -1,0 +1,377 @@
+"""Node lifetime (csrc/memory.c): a kept Value pins only what micrograd
+would pin, custom ops hold flat memory, and faults (MemoryError, fork,
+interrupts, a refused munmap) leave the engine working and leak nothing.
+
+Memory is asserted on live C nodes, which are exact, not on RSS."""
+import functools
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pygrad import Value, engine
+from pygrad._core import lib
+
+from helpers import micrograd_style_tanh
+
+
+def live() -> int:
+    """Live C nodes once Python has dropped what it can: the cycles of
+    custom ops (gc), and segments kept only by Values that outlived their
+    graph (settle)."""
+    gc.collect()
+    engine.settle()
+    return lib.pg_live_nodes()
+
+
+def chain(w: Value, rounds: int, keep_at: int = -1):
+    """y <- y * w + 1.0: three nodes a round (mul, the constant, add)."""
+    y, kept = Value(1.0), None
+    for i in range(rounds):
+        y = y * w + 1.0
+        if i == keep_at:
+            kept = y
+    return y, kept
+
+
+# -- the scenarios of the object-model issue, on live C nodes --------------------
+
+def test_keeping_a_leaf_made_before_backward_pins_only_that_leaf():
+    w = Value(0.999)
+    before = live()
+    kept = []
+    for _ in range(100):
+        y, _ = chain(w, 20_000 // 3)
+        kept.append(Value(y.data))
+        y.backward()
+        del y
+    assert live() - before == 100
+    assert len(set(v._h >> lib.PG_SEG_BITS for v in kept)) == 1   # packed in one segment
+
+
+def test_keeping_an_early_interior_node_pins_exactly_its_subgraph():
+    w = Value(0.999)
+    before = live()
+    kept = []
+    for _ in range(300):
+        y, mid = chain(w, 2_000, keep_at=99)
+        y.backward()
+        kept.append(mid)
+        del y, mid
+    # each kept node reaches 100 rounds of 3 nodes, and the leaf y0
+    assert live() - before == 300 * (100 * 3 + 1)
+    assert all(k.grad != 0.0 for k in kept)
+    del kept
+    assert live() == before
+
+
+def test_custom_ops_feeding_each_other_hold_flat_memory():
+    tanh = micrograd_style_tanh(Value)
+    w = Value(0.3)
+    before = live()
+    for _ in range(20):
+        y = Value(0.1)
+        for _ in range(500):
+            y = tanh(y * w + 0.2)
+        y.backward()
+        del y
+    assert live() == before
+
+
+def test_moons_loop_keeping_each_loss_as_a_number_pins_only_those_leaves():
+    from training import moons_model, train_moons
+    model = moons_model(0, "eager")
+    before = live()
+    history = []
+    train_moons(model, 0, "eager", steps=20, batch=8,
+                after_step=lambda k: history.append(Value(k)))
+    assert live() - before == 20
+
+
+def _backward_reaching_through(kind: str):
+    """A custom op whose closure reaches its Values a given way."""
+    def op(x):
+        out = Value(2 * x.data, (x,), "dbl")
+        if kind == "cell":
+            def fn():
+                x.grad += 2 * out.grad
+        elif kind == "dict":
+            env = {"x": x, "out": out}
+
+            def fn():
+                env["x"].grad += 2 * env["out"].grad
+        elif kind == "partial":
+            def push(a, o):
+                a.grad += 2 * o.grad
+            fn = functools.partial(push, x, out)
+        else:
+            class Rule:
+                def __init__(self):
+                    self.a, self.o = x, out
+
+                def run(self):
+                    self.a.grad += 2 * self.o.grad
+            fn = Rule().run
+        out._backward = fn
+        return out
+    return op
+
+
+@pytest.mark.parametrize("kind", ["cell", "dict", "partial", "bound method"])
+def test_closures_reaching_values_any_way_hold_flat_memory(kind):
+    op = _backward_reaching_through(kind)
+    w = Value(0.5)
+    before = live()
+    for _ in range(10):
+        y = Value(1.0)
+        for _ in range(200):
+            y = op(y * w)
+        y.backward()
+        assert y.grad == 1.0
+        del y
+    assert live() == before
+
+
+def test_gradients_through_python_held_nodes_are_the_reference_engines():
+    from pygrad import reference
+    results = []
+    for V in (Value, reference.Value):
+        tanh = micrograd_style_tanh(V)
+        w = V(0.3)
+        y = V(0.1)
+        for i in range(50):
+            y = tanh(y * w + 0.2) if i % 2 else (y * w).tanh() + 0.1
+        y.backward()
+        results.append((y.data, w.grad))
+    assert results[0] == results[1]
+
+
+# -- the handle space -------------------------------------------------------------
+
+def test_kept_leaves_pack_densely_and_never_open_graph_segments():
+    segs = lib.pg_live_segments()
+    keep = [Value(float(i)) for i in range(3 * lib.PG_SEG_NODES)]
+    assert lib.pg_live_segments() - segs <= 4
+    assert keep[-1].data == 3 * lib.PG_SEG_NODES - 1
+    del keep
+    gc.collect()
+    assert lib.pg_live_segments() - segs <= 1
+
+
+def test_a_full_handle_space_says_so():
+    keep = []
+    lib.pg_limit_segments(lib.pg_live_segments() + 2)
+    try:
+        with pytest.raises(MemoryError, match="handle space is full"):
+            for _ in range(4 * lib.PG_SEG_NODES):
+                keep.append(Value(1.0))
+    finally:
+        lib.pg_limit_segments(0)
+    del keep
+    assert (Value(2.0) * 3.0).data == 6.0
+
+
+# -- faults --------------------------------------------------------------------------
+
+def test_a_refused_munmap_keeps_the_mapping_for_reuse():
+    w = Value(0.5)
+    failed = lib.pg_unmap_failed()
+    for n in range(1, 4):
+        lib.pg_fail_unmap(n)
+        y, _ = chain(w, 60 * lib.PG_SEG_NODES // 3)   # more segments than the pool keeps
+        y.backward()
+        expected = w.grad
+        del y
+        gc.collect()
+        lib.pg_fail_unmap(0)
+        w.grad = 0.0
+        y, _ = chain(w, 60 * lib.PG_SEG_NODES // 3)
+        y.backward()
+        assert w.grad == expected
+        del y
+        w.grad = 0.0
+    assert lib.pg_unmap_failed() - failed == 3
+
+
+def _run(script: str, timeout: float = 120) -> str:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True,
+                         text=True, timeout=timeout, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc")
+def test_after_a_real_memory_error_dropping_the_graph_frees_it():
+    out = _run("""
+        import gc, resource
+        from pygrad import Value
+        from pygrad._core import lib
+        with open("/proc/self/statm") as f:
+            size = int(f.read().split()[0]) * 4096
+        limit = size + 400 * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        w = Value(0.5)
+        before = lib.pg_live_nodes()
+        for attempt in range(3):
+            y = Value(1.0)
+            try:
+                while True:
+                    y = y * w + 1.0
+            except MemoryError:
+                pass
+            made = lib.pg_live_nodes() - before
+            del y
+            gc.collect()
+            assert lib.pg_live_nodes() == before, lib.pg_live_nodes() - before
+            a = Value(2.0)
+            z = (a * a + a).tanh()
+            z.backward()
+            assert a.grad != 0.0 and made > 1_000_000, made
+            del a, z
+        print("ok", made)
+    """)
+    assert out.startswith("ok")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork()")
+def test_fork_while_another_thread_is_inside_backward():
+    out = _run("""
+        import os, threading, time
+        from pygrad import Value
+        stop = False
+        def busy():
+            w = Value(0.999)
+            while not stop:
+                y = Value(1.0)
+                for _ in range(20_000):
+                    y = y * w + 1.0
+                y.backward()
+        t = threading.Thread(target=busy)
+        t.start()
+        time.sleep(0.2)
+        ok = 0
+        for i in range(20):
+            pid = os.fork()
+            if pid == 0:
+                a = Value(2.0)
+                y = a
+                for _ in range(5000):
+                    y = (y * a + 1.0).relu()
+                (a * a + a).backward()
+                os._exit(0 if a.grad == 5.0 else 3)
+            deadline = time.time() + 20
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                if time.time() > deadline:
+                    os.kill(pid, 9)
+                    raise SystemExit("child %d hung" % i)
+                time.sleep(0.01)
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+            ok += 1
+            time.sleep(0.005)
+        stop = True
+        t.join()
+        print("ok", ok)
+    """)
+    assert out.strip() == "ok 20"
+
+
+def test_a_storm_of_interrupts_never_changes_results_or_leaks():
+    """KeyboardInterrupt at any point of building (C ops, custom ops, fused
+    layers), backward and replay: every completed step still gives the
+    reference engine's gradients, and nothing is left behind."""
+    out = _run("""
+        import _thread, gc, random, threading, time
+        import pygrad
+        from pygrad import Value, engine, nn, reference
+        from pygrad._core import lib
+
+        def custom_tanh(V):
+            import math
+            def tanh(x):
+                t = math.tanh(x.data)
+                out = V(t, (x,), "mytanh")
+                def _backward():
+                    x.grad += (1 - t * t) * out.grad
+                out._backward = _backward
+                return out
+            return tanh
+
+        def step(V, params, x):
+            tanh = custom_tanh(V)
+            w1, w2, b = params
+            h = tanh(w1 * x[0] + w2 * x[1] + b)
+            y = (h * w1 - b).relu() + (h * h).exp() * 0.5
+            for _ in range(20):
+                y = tanh(y * w2) + y * 0.5
+            return y
+
+        data = [(0.3 * i, -0.2 * i) for i in range(8)]
+        ref = reference.Value
+        expected = []
+        rp = [ref(0.5), ref(-0.7), ref(0.1)]
+        for x in data:
+            for p in rp:
+                p.grad = 0.0
+            step(ref, rp, x).backward()
+            expected.append([p.grad for p in rp])
+
+        params = [Value(0.5), Value(-0.7), Value(0.1)]
+        layer = nn.Layer(2, 3)
+        base = lib.pg_live_nodes()
+        stop = False
+        def storm():
+            while not stop:
+                time.sleep(random.uniform(0.0, 0.003))
+                _thread.interrupt_main()
+        state = {"done": 0, "hits": 0, "i": 0}
+
+        def attempt():
+            i = state["i"] % len(data)
+            for p in params:
+                p.grad = 0.0
+            y = step(Value, params, data[i])
+            y.backward()
+            got = [p.grad for p in params]
+            assert got == expected[i], (i, got, expected[i])
+            z = sum(layer([Value(1.0), Value(-2.0)])) * params[0]
+            prog = pygrad.compile(z)
+            prog.forward()
+            prog.backward()
+            state["i"] += 1
+            state["done"] += 1
+
+        t = threading.Thread(target=storm, daemon=True)
+        t.start()
+        while True:
+            try:
+                while state["done"] < 300:
+                    try:
+                        attempt()
+                    except KeyboardInterrupt:
+                        state["hits"] += 1
+                break
+            except KeyboardInterrupt:
+                state["hits"] += 1
+        stop = True
+        while True:
+            try:
+                t.join()
+                time.sleep(0.01)
+                break
+            except KeyboardInterrupt:
+                pass
+        gc.collect()
+        engine.settle()
+        leaked = lib.pg_live_nodes() - base
+        assert leaked == 0, leaked
+        assert state["hits"] >= 20, state
+        print("ok", state["done"], state["hits"])
+    """, timeout=300)
+    assert out.startswith("ok")
