@@ -47,7 +47,7 @@ def to_real(x: Any, what: str = "Value data") -> float:
 def not_a_number(x: Any, message: str) -> TypeError:
     """The TypeError for a non-number x: when x is a Value (of the engine
     that could not take it), one that says engines can't be mixed."""
-    if hasattr(x, "_prev") and hasattr(x, "grad"):
+    if is_value(x):
         return TypeError(f"cannot mix Values of different engines in one graph: got a "
                          f"{type(x).__module__}.{type(x).__qualname__} ({message})")
     return TypeError(message)
@@ -70,3 +70,15 @@ def to_size(x: Any, what: str, minimum: int = 1) -> int:
     if x < minimum:
         raise ValueError(f"{what} must be >= {minimum}, not {x!r}")
     return int(x)
+
+
+def is_value(x: Any) -> bool:
+    """Whether x is a Value of a micrograd-compatible engine, judged without
+    running ``_prev`` (a property of pygrad's Values, which may walk the
+    graph): on the class for pygrad's engines, on the instance for
+    micrograd's."""
+    t = type(x)
+    if hasattr(t, "_prev"):
+        return hasattr(t, "grad")
+    d = getattr(x, "__dict__", None)
+    return isinstance(d, dict) and "_prev" in d and "grad" in d

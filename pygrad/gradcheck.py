@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence
 
 from . import engine
-from ._numbers import to_real, to_setting
+from ._numbers import is_value, to_real, to_setting
 
 __all__ = ["gradcheck", "GradcheckResult"]
 
@@ -49,7 +49,7 @@ def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
     if eps == 0.0:
         raise ValueError("eps must be > 0")
     # A Value's data; numpy scalars have a .data (a memoryview) of their own.
-    xs = [to_real(x.data if hasattr(x, "_prev") else x, "gradcheck input") for x in inputs]
+    xs = [to_real(x.data if is_value(x) else x, "gradcheck input") for x in inputs]
     if not xs:
         raise ValueError("gradcheck needs at least one input")
 

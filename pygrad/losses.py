@@ -14,7 +14,7 @@ import operator
 from typing import Any, Iterable, List, Optional, Sequence
 
 from . import engine, functional, reference
-from ._numbers import to_real
+from ._numbers import is_value, to_real
 
 __all__ = ["mse", "svm_hinge", "bce_with_logits", "softmax_cross_entropy"]
 
@@ -32,7 +32,7 @@ def _mean(terms: List[Any]) -> Any:
 def _pairs(a: Sequence[Any], b: Sequence[Any], what: str) -> List[Any]:
     a, b = list(a), list(b)
     for p in a:
-        if not hasattr(p, "_prev") and not isinstance(p, (list, tuple)):   # a batch's rows
+        if not is_value(p) and not isinstance(p, (list, tuple)):   # a batch's rows
             raise TypeError(f"{what}: predictions must be Values, not {type(p).__name__}: {p!r}")
     if len(a) != len(b):
         raise ValueError(f"{what}: {len(a)} predictions but {len(b)} targets")

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import engine
 from ._core import ffi, lib
-from ._numbers import to_real, to_setting
+from ._numbers import is_value, to_real, to_setting
 
 __all__ = ["Optimizer", "SGD", "Adam"]
 
@@ -37,7 +37,7 @@ class Optimizer:
         self.lr = lr
         self.steps = 0
         for p in self.params:
-            if not (hasattr(p, "data") and hasattr(p, "grad") and hasattr(p, "_prev")):
+            if not is_value(p):
                 raise TypeError(f"optimizer parameters must be Values, not {type(p).__name__}: {p!r}")
         is_c = [isinstance(p, engine.Value) for p in self.params]
         if any(is_c) and not all(is_c):

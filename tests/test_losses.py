@@ -323,3 +323,18 @@ def test_softmax_cross_entropy_takes_numpy_integer_targets(V):
     assert softmax_cross_entropy(zs, np.int64(1)).data == softmax_cross_entropy(zs, 1).data
     batch = softmax_cross_entropy([zs, zs], np.array([1, 2]))
     assert batch.data == softmax_cross_entropy([zs, zs], [1, 2]).data
+
+
+def test_a_loss_over_fused_outputs_never_walks_the_graph(monkeypatch):
+    """Losses recognise Values without running ``_prev`` (which may walk)."""
+    from pygrad import data, engine, losses, nn
+
+    def no_walk(self):
+        raise AssertionError("a loss read _prev")
+    model = nn.MLP(2, [4, 1])
+    X, y = data.make_moons(8, seed=0)
+    scores = [model(x) for x in data.to_values(X)]
+    monkeypatch.setattr(engine.Value, "_prev", property(no_walk))
+    loss = losses.svm_hinge(scores, data.signed_labels(y), model.parameters())
+    loss2 = losses.mse(scores, [0.5] * len(scores))
+    assert loss.data > 0 and loss2.data > 0
