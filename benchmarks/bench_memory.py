@@ -1,7 +1,11 @@
-"""Memory: a 10,000,000-node graph, and resident memory over long training.
+"""Memory: a 10,000,000-node graph, resident memory over long training, and
+kept Values on pygrad, the reference engine and micrograd.
 
-    python benchmarks/bench_memory.py            # both parts
-    python benchmarks/bench_memory.py --quick    # 1,000,000 nodes, 500 steps
+    python benchmarks/bench_memory.py                    # all three parts
+    python benchmarks/bench_memory.py --quick            # 1,000,000 nodes, 500 steps, small scenarios
+    python benchmarks/bench_memory.py --part graph       # part 1 only
+    python benchmarks/bench_memory.py --part training    # part 2 only
+    python benchmarks/bench_memory.py --part scenarios   # part 3 only (add --quick: under a minute)
 
 Part 1 builds y <- y * w + c (two C nodes a round) until the graph has
 10,000,000 nodes, backpropagates, and drops it: wall time of each phase,
@@ -12,13 +16,42 @@ where this graph is the only big thing.
 Part 2 trains micrograd's moons MLP for 2,000 SGD steps on minibatches of
 10 (tests/training.py, eager and replay tiers) and prints RSS and live C
 nodes at steps 200 and 2,000 (tests/test_memory.py asserts < 5% apart).
+
+Part 3, kept Values: four scenarios written as a micrograd user writes them
+(only + * ** relu, and custom ops as ``Value(data, (children,), op)`` with a
+``_backward`` closure), each run on pygrad (``pygrad.Value``; for S4 also
+its fused MLP), the reference engine (``pygrad.reference.Value``) and
+micrograd (when importable), with the same data and seeds:
+
+  S1  100 steps, each a 20,000-node chain y <- y * w + c, keeping
+      ``Value(y.data)`` made before ``y.backward()``;
+  S2  300 graphs of 3,000 nodes, keeping the node after round 100 of each;
+  S3  100 rounds of a chain of 2,000 custom tanh ops, tanh(y * w + c),
+      backpropagated and dropped, keeping nothing;
+  S4  micrograd's moons demo: MLP 2-16-16-1 (each engine's own nn), 100
+      points, SVM hinge loss + L2, SGD, keeping ``Value(loss.data)`` per step
+      (40 steps; micrograd takes ~1 s a step).
+
+Each (scenario, engine) runs in a fresh process (this file with --worker):
+one warm-up step, then gc.collect() (and pygrad.engine.settle()) and the
+baseline; then the scenario, timed; then gc.collect() (and settle()) again.
+It reports RSS growth (/proc/self/statm), for pygrad the growth of live C
+nodes (lib.pg_live_nodes()), and the wall time, in one markdown table with
+the nodes reachable from the kept Values (counted on the reference engine)
+and pygrad's RSS growth over micrograd's.  --quick runs 20 / 60 / 20 / 5.
 """
 import argparse
 import gc
+import importlib.util
+import json
+import math
 import os
+import random
 import resource
+import subprocess
 import sys
 import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from pygrad import Value
 from pygrad._core import lib
@@ -76,12 +109,224 @@ def training(steps: int) -> None:
               f"step {steps}: {r1:6.1f} MiB, {n1:,} nodes ({(r1 - r0) / r0:+.2%})")
 
 
+# -- part 3: kept Values, side by side with micrograd -----------------------------
+
+# name -> (row label with {n} for the size, full size, --quick size); the
+# size is S1's steps, S2's graphs, S3's rounds, S4's SGD steps.
+SCENARIOS: Dict[str, Tuple[str, int, int]] = {
+    "S1": ("{n} steps of a 20k-node chain, keep Value(y.data) made before backward()", 100, 20),
+    "S2": ("{n} graphs of 3k nodes, keep the node after round 100 of each", 300, 60),
+    "S3": ("{n} rounds of 2,000 custom tanh ops feeding one another, keep nothing", 100, 20),
+    "S4": ("moons MLP 2-16-16-1, 100 points, hinge + L2, {n} SGD steps, "
+           "keep Value(loss.data)", 40, 5),
+}
+ENGINES = ("pygrad", "pygrad fused", "reference", "micrograd")
+S1_ROUNDS = 10_000                   # y <- y * w + c: 2 nodes a round
+S2_ROUNDS, S2_KEEP_AT = 1_500, 99    # keep y after round 100 (201 nodes below it)
+S3_OPS = 2_000                       # y <- tanh(y * w + c): 3 nodes a round
+MOONS_POINTS = 100
+
+
+def load_engine(name: str) -> Tuple[Any, Callable[[], Any]]:
+    """An engine's Value class and a maker of its moons MLP (which draws
+    micrograd's weights from the global ``random``)."""
+    if name == "micrograd":
+        from micrograd import nn as micrograd_nn
+        from micrograd.engine import Value as MicrogradValue
+        return MicrogradValue, lambda: micrograd_nn.MLP(2, [16, 16, 1])
+    from pygrad import nn
+    if name == "reference":
+        from pygrad.reference import Value as ReferenceValue
+        return ReferenceValue, lambda: nn.MLP(2, [16, 16, 1], engine="reference")
+    return Value, lambda: nn.MLP(2, [16, 16, 1], fused=name == "pygrad fused")
+
+
+def custom_tanh(V: Any) -> Callable[[Any], Any]:
+    """tanh as a micrograd user adds it (micrograd 0.1.0 has none): the
+    closure refers to its own ``out`` and to its input."""
+    def tanh(x: Any) -> Any:
+        t = math.tanh(x.data)
+        out = V(t, (x,), "tanh")
+
+        def _backward() -> None:
+            x.grad += (1 - t ** 2) * out.grad
+        out._backward = _backward
+        return out
+    return tanh
+
+
+def scenario(name: str, V: Any, make_mlp: Callable[[], Any]) -> Callable[[Optional[list]], None]:
+    """One step of a scenario on Value class V.  step(kept) appends what the
+    step keeps to ``kept``; step(None) is the warm-up: the same work,
+    nothing kept, and (S4) no update of the parameters."""
+    rng = random.Random(0)
+    w, c = V(rng.uniform(0.9, 0.999)), V(rng.uniform(0.0, 0.1))
+
+    def chain(kept: Optional[list]) -> None:
+        y = V(1.0)
+        for i in range(S1_ROUNDS if name == "S1" else S2_ROUNDS):
+            y = y * w + c
+            if name == "S2" and i == S2_KEEP_AT and kept is not None:
+                kept.append(y)
+        if name == "S1" and kept is not None:
+            kept.append(V(y.data))
+        y.backward()
+
+    def tanh_chain(kept: Optional[list]) -> None:
+        y = V(0.1)
+        for _ in range(S3_OPS):
+            y = tanh(y * w + c)
+        y.backward()
+
+    if name in ("S1", "S2"):
+        return chain
+    if name == "S3":
+        tanh = custom_tanh(V)
+        return tanh_chain
+
+    from pygrad.data import make_moons       # numpy only, seeded: the same points everywhere
+    X, y = make_moons(MOONS_POINTS, noise=0.1, seed=0)
+    points, labels = X.tolist(), [2.0 * t - 1.0 for t in y.tolist()]
+    random.seed(1337)
+    model = make_mlp()
+    params = model.parameters()
+    steps = [0]
+
+    def sgd_step(kept: Optional[list]) -> None:
+        # micrograd's demo notebook: max-margin loss + L2, full batch, SGD
+        inputs = [[V(a), V(b)] for a, b in points]
+        scores = [model(x) for x in inputs]
+        losses = [(1 + -yi * si).relu() for yi, si in zip(labels, scores)]
+        data_loss = sum(losses) * (1.0 / len(losses))
+        reg_loss = 1e-4 * sum(p * p for p in params)
+        total_loss = data_loss + reg_loss
+        model.zero_grad()
+        total_loss.backward()
+        if kept is None:
+            return
+        learning_rate = 1.0 - 0.9 * steps[0] / 100
+        for p in params:
+            p.data -= learning_rate * p.grad
+        steps[0] += 1
+        kept.append(V(total_loss.data))
+    return sgd_step
+
+
+def reachable(kept: List[Any]) -> int:
+    """The distinct nodes reachable from ``kept`` through ``_prev``."""
+    seen, todo = set(), list(kept)
+    while todo:
+        v = todo.pop()
+        if id(v) not in seen:
+            seen.add(id(v))
+            todo.extend(v._prev)
+    return len(seen)
+
+
+def scenario_worker(name: str, engine_name: str, quick: bool) -> None:
+    """Run one (scenario, engine) in this fresh process; print one JSON line."""
+    sys.setrecursionlimit(100_000)           # micrograd's backward recurses graph-deep
+    V, make_mlp = load_engine(engine_name)
+    on_c = engine_name.startswith("pygrad")
+    from pygrad import engine
+
+    def collect() -> None:
+        gc.collect()
+        if on_c:
+            engine.settle()
+
+    step = scenario(name, V, make_mlp)
+    step(None)                               # warm-up
+    collect()
+    rss0, nodes0 = rss_mib(), lib.pg_live_nodes()
+    kept: List[Any] = []
+    t0 = time.perf_counter()
+    for _ in range(SCENARIOS[name][2 if quick else 1]):
+        step(kept)
+    seconds = time.perf_counter() - t0
+    gc.collect()
+    unsettled = lib.pg_live_nodes() - nodes0
+    collect()
+    result: Dict[str, Any] = {"rss": rss_mib() - rss0, "seconds": seconds, "kept": len(kept)}
+    if on_c:
+        result.update(nodes=lib.pg_live_nodes() - nodes0, nodes_before_settle=unsettled)
+    else:
+        result.update(reachable=reachable(kept))
+    print("RESULT " + json.dumps(result))
+
+
+def run_worker(name: str, engine_name: str, quick: bool) -> Dict[str, Any]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, engine_name]
+    proc = subprocess.run(cmd + ["--quick"] * quick, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"error": f"exit status {proc.returncode}: {last}"}
+
+
+def kept_values(quick: bool) -> None:
+    engines = list(ENGINES)
+    if importlib.util.find_spec("micrograd") is None:
+        print("micrograd is not importable (pip install micrograd==0.1.0): its column is skipped")
+        engines.remove("micrograd")
+    results: Dict[Tuple[str, str], Dict[str, Any]] = {}
+    for name in SCENARIOS:
+        for e in engines:
+            if e == "pygrad fused" and name != "S4":
+                continue                      # only an MLP has a fused form
+            r = results[name, e] = run_worker(name, e, quick)
+            if "error" in r:
+                print(f"{name} on {e}: {r['error']}", file=sys.stderr)
+
+    def cell(name: str, e: str, key: str, fmt: str) -> str:
+        r = results.get((name, e))
+        if r is None:
+            return "n/a" if e == "micrograd" and e not in engines else "—"
+        return "error" if "error" in r else format(r[key], fmt)
+
+    def ratio(name: str) -> str:
+        p, m = results.get((name, "pygrad"), {}), results.get((name, "micrograd"), {})
+        if "rss" not in p or "rss" not in m:
+            return "n/a"
+        if m["rss"] < 0.5:
+            return "— (micrograd < 0.5 MiB)"
+        return f"{p['rss'] / m['rss']:.2f}"
+
+    print("\nRSS growth (MiB) after gc.collect(), each run in a fresh process after a warm-up "
+          "step; pygrad's live C nodes after gc.collect() and pygrad.engine.settle(); "
+          "kept = nodes reachable from the kept Values (reference engine); seconds: "
+          "pygrad / pygrad fused / reference / micrograd.\n")
+    print("| scenario | kept | pygrad MiB | pygrad live C nodes | pygrad fused MiB (nodes) "
+          "| reference MiB | micrograd MiB | pygrad / micrograd RSS | seconds |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for name, (label, full, small) in SCENARIOS.items():
+        fused = cell(name, "pygrad fused", "rss", "+.1f")
+        if "nodes" in results.get((name, "pygrad fused"), {}):
+            fused += f" ({results[name, 'pygrad fused']['nodes']:+,})"
+        seconds = " / ".join(cell(name, e, "seconds", ".1f") for e in ENGINES)
+        print(f"| {name}: {label.format(n=small if quick else full)} "
+              f"| {cell(name, 'reference', 'reachable', ',')} | {cell(name, 'pygrad', 'rss', '+.1f')} "
+              f"| {cell(name, 'pygrad', 'nodes', '+,')} | {fused} "
+              f"| {cell(name, 'reference', 'rss', '+.1f')} | {cell(name, 'micrograd', 'rss', '+.1f')} "
+              f"| {ratio(name)} | {seconds} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--part", choices=("all", "graph", "training", "scenarios"), default="all")
+    parser.add_argument("--worker", nargs=2, metavar=("SCENARIO", "ENGINE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    big_graph(1_000_000 if args.quick else 10_000_000)
-    training(500 if args.quick else 2_000)
+    if args.worker:
+        scenario_worker(*args.worker, quick=args.quick)
+        return
+    if args.part in ("all", "graph"):
+        big_graph(1_000_000 if args.quick else 10_000_000)
+    if args.part in ("all", "training"):
+        training(500 if args.quick else 2_000)
+    if args.part in ("all", "scenarios"):
+        kept_values(args.quick)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@ measures the eager tier on the same workloads:
   value     ns per Value(x) made (a leaf)
   moons     ms per step of micrograd's moons loop (its own nn code, written
             against Value, 30 samples, eager)
+  fused     ms per step of the same task on pygrad.nn.MLP (fused layers,
+            100 samples, hinge loss, optim.SGD)
+  replay    ms per step of that graph compiled and replayed
 
 It prints the median of each figure per tree and the ratio this / base.
 """
@@ -86,10 +89,41 @@ def moons_step(steps):
             p.data -= 0.05 * p.grad
     return (time.perf_counter() - t) / steps
 
+def fused_and_replay(steps):
+    import numpy as np
+    import pygrad
+    from pygrad import nn, optim
+    rng = np.random.default_rng(0)
+    model = nn.MLP(2, [16, 16, 1])
+    model.set_data(rng.uniform(-1, 1, len(model.parameters())))
+    X = rng.uniform(-1, 1, (100, 2))
+    Y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    xs = [[Value(a), Value(b)] for a, b in X]
+    opt = optim.SGD(model.parameters(), lr=0.05)
+    def loss_of():
+        return sum((1 + -y * model(x)).relu() for x, y in zip(xs, Y)) * (1.0 / len(Y))
+    t = time.perf_counter()
+    for _ in range(steps):
+        loss = loss_of()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    fused = (time.perf_counter() - t) / steps
+    prog = pygrad.compile(loss_of())
+    t = time.perf_counter()
+    for _ in range(steps * 20):
+        prog.forward()
+        opt.zero_grad()
+        prog.backward()
+        opt.step()
+    replay = (time.perf_counter() - t) / (steps * 20)
+    return fused, replay
+
 fwd, bwd = chain(int(sys.argv[1]))
 gc.collect()
+fused, replay = fused_and_replay(20)
 out = {"forward": fwd * 1e9, "backward": bwd * 1e9, "value": leaves(100_000) * 1e9,
-       "moons": moons_step(5) * 1e3}
+       "moons": moons_step(5) * 1e3, "fused": fused * 1e3, "replay": replay * 1e3}
 print(json.dumps(out))
 '''
 
@@ -117,7 +151,7 @@ def main(argv: "List[str] | None" = None) -> Dict[str, Dict[str, float]]:
     print(f"{'figure':<10} {'base':>10} {'this':>10} {'this/base':>10}   "
           f"(median of {args.repeats}, alternating processes)")
     for k, unit in (("forward", "ns/op"), ("backward", "ns/node"), ("value", "ns/leaf"),
-                    ("moons", "ms/step")):
+                    ("moons", "ms/step"), ("fused", "ms/step"), ("replay", "ms/step")):
         b, t = med["base"][k], med["this"][k]
         print(f"{k:<10} {b:>10.1f} {t:>10.1f} {t / b:>10.3f}   {unit}")
     return med

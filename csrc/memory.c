@@ -394,7 +394,7 @@ int pg_set_py_backward(uint32_t h) {
     pg_node *n = pg_N(h);
     if (!(n->flags & PG_F_PY_BACKWARD)) {
         n_py_backward++;
-        n->flags |= PG_F_PY_BACKWARD;
+        n->flags |= PG_F_PY_BACKWARD | PG_F_PY_HELD;   /* parents made later hold it */
     }
     pg_unlock();
     return 0;

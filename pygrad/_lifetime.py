@@ -33,10 +33,10 @@ from ._core import ffi, lib
 _SEG_BITS = lib.PG_SEG_BITS
 
 
-def _claim() -> Any:
+def _claim(_gc: Any = ffi.gc, _new: Any = ffi.new, _release: Any = lib.pg_release) -> Any:
     """An empty claim, released in C when it dies: made first, filled by one
     C call after, so that it can never be lost or released twice."""
-    return ffi.gc(ffi.new("pg_claim *"), lib.pg_release)
+    return _gc(_new("pg_claim *"), _release)
 
 
 def _check(rc: int, what: str) -> int:
@@ -74,10 +74,11 @@ def hold(h: int) -> Any:
     return claim
 
 
-def new_leaf(data: float) -> "tuple[int, Any]":
+def new_leaf(data: float, _leaf: Any = lib.pg_new_leaf) -> "tuple[int, Any]":
     """A new leaf in the leaf pool: its handle and the claim that holds it."""
     claim = _claim()
-    return _check(lib.pg_new_leaf(claim, data), "a leaf"), claim
+    h = _leaf(claim, data)
+    return (h if h >= 0 else _check(h, "a leaf")), claim
 
 
 # -- one Value per node ---------------------------------------------------------
@@ -96,9 +97,10 @@ class Registry:
         self.segments: Dict[int, "weakref.ref[Segment]"] = {}
         self.lock = threading.RLock()
 
-    def add(self, v: Any) -> None:
-        self.refs[v._h] = weakref.ref(v)
-        if len(self.refs) > 2 * self.live:
+    def add(self, v: Any, _ref: Any = weakref.ref) -> None:
+        refs = self.refs
+        refs[v._h] = _ref(v)
+        if len(refs) > 2 * self.live:
             with self.lock:
                 self.refs = {h: r for h, r in self.refs.items() if r() is not None}
                 self.live = max(64, len(self.refs))

@@ -22,6 +22,7 @@ Number = Union[int, float]
 Operand = Union["Value", int, float]
 
 _new = object.__new__
+_new_leaf = _lifetime.new_leaf
 _SEG_BITS = lib.PG_SEG_BITS
 _E_FULL, _HELD = lib.PG_E_FULL, lib.PG_HELD
 
@@ -99,17 +100,23 @@ def _held(h: int, kids: tuple) -> "Value":
     return out
 
 
-def _finish(rc: int, seg: Segment, make: Callable[..., int], args: tuple,
-            kids: tuple) -> "Value":
-    """Slow path of node creation.  PG_E_FULL means the segment is full, or
-    an operand lives in a newer segment (another thread moved on): use the
-    current segment, or open a new one.  rc <= PG_HELD names a Python-held
-    node."""
+def _retry(rc: int, seg: Segment, make: Callable[..., int], args: tuple) -> Tuple[int, Segment]:
+    """PG_E_FULL means the segment is full, or an operand lives in a newer
+    segment (another thread moved on); sid 0 means none is open: use the
+    current segment, or open a new one, until ``make(sid, *args)`` fits."""
     while rc == _E_FULL or not seg.sid:
         if _seg is seg:
             _open_segment()
         seg = _seg
         rc = make(seg.sid, *args)
+    return rc, seg
+
+
+def _finish(rc: int, seg: Segment, make: Callable[..., int], args: tuple,
+            kids: tuple) -> "Value":
+    """Slow path of node creation (see _retry); rc <= PG_HELD names a
+    Python-held node."""
+    rc, seg = _retry(rc, seg, make, args)
     if rc <= _HELD:
         return _held(_HELD - rc, kids)
     return _wrap(_lifetime._check(rc, "a graph node"), seg)
@@ -136,12 +143,8 @@ def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
     """nout fused LINEAR nodes over shared inputs (pygrad.nn.Layer)."""
     out = ffi.new("uint32_t[]", nout)
     seg = _seg
-    rc = lib.pg_linear_layer(seg.sid, act, params, x, nin, nout, out)
-    while rc == _E_FULL or not seg.sid:
-        if _seg is seg:
-            _open_segment()
-        seg = _seg
-        rc = lib.pg_linear_layer(seg.sid, act, params, x, nin, nout, out)
+    args = (act, params, x, nin, nout, out)
+    rc, seg = _retry(lib.pg_linear_layer(seg.sid, *args), seg, lib.pg_linear_layer, args)
     _lifetime._check(rc, "a layer")
     if rc == 1:
         k = nin + 1
@@ -241,6 +244,11 @@ class Value:
 
     def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
                  label: str = "") -> None:
+        if not _children and _op == "" and label == "":      # a leaf: the common case
+            h, self._s = _new_leaf(data if type(data) is float else to_real(data))
+            self._h = h
+            registry.add(self)
+            return
         x = to_real(data)
         kids = tuple(_children)
         for c in kids:
@@ -252,20 +260,15 @@ class Value:
         seg = _seg
         if kids or _op:
             # Made in Python: held like a micrograd Value, its children too.
-            arr = ffi.new("uint32_t[]", [c._h for c in kids])
-            rc = lib.pg_custom(seg.sid, x, arr, len(kids))
-            while rc == _E_FULL or not seg.sid:
-                if _seg is seg:
-                    _open_segment()
-                seg = _seg
-                rc = lib.pg_custom(seg.sid, x, arr, len(kids))
+            args = (x, ffi.new("uint32_t[]", [c._h for c in kids]), len(kids))
+            rc, _ = _retry(lib.pg_custom(seg.sid, *args), seg, lib.pg_custom, args)
             if rc > _HELD:
                 _lifetime._check(rc, "a Value")
             h = _HELD - rc
             self._s = _lifetime.hold(h)
             self._kids = kids
         else:
-            h, self._s = _lifetime.new_leaf(x)
+            h, self._s = _new_leaf(x)
         self._h = h
         if _op or label:
             extra = extras.get_or_create(h)
