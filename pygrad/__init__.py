@@ -4,6 +4,15 @@
 ``pygrad.nn`` replaces ``micrograd.nn``.  Submodules: ``nn``, ``optim``,
 ``losses``, ``data``, ``viz``, ``reference`` (the pure-Python engine).
 """
+try:
+    from . import _core  # noqa: F401  (the compiled C core, built by pip install)
+except ImportError as e:
+    raise ImportError(
+        "pygrad's C core (pygrad._core) is not built in this copy of pygrad "
+        f"({__path__[0]}). Build it with `pip install -e .` in the repository "
+        "(or `python setup.py build_ext --inplace`), or install pygrad with pip and "
+        "import it from outside the source tree.") from e
+
 from . import reference
 from ._version import __version__
 from .engine import Value

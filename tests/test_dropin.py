@@ -217,3 +217,16 @@ def test_submodules_load_on_first_use(tmp_path):
                          check=True, cwd=tmp_path)     # not the uncompiled source tree
     assert out.stdout.split("\n")[:2] == [
         "MLP SGD mse make_moons trace", "module 'pygrad' has no attribute 'no_such_thing'"]
+
+
+def test_a_source_tree_without_the_core_says_how_to_build(tmp_path):
+    import pathlib
+    import shutil
+    import subprocess
+    import sys
+    src = pathlib.Path(__file__).resolve().parent.parent / "pygrad"
+    shutil.copytree(src, tmp_path / "pygrad", ignore=shutil.ignore_patterns("_core*", "__pycache__"))
+    out = subprocess.run([sys.executable, "-c", "import pygrad"], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "ImportError: pygrad's C core" in out.stderr and "pip install -e ." in out.stderr
