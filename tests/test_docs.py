@@ -29,7 +29,7 @@ from pygrad import data, demo, functional, losses, nn, optim, reference, viz
 from helpers import python_blocks, run_blocks
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
-PAGES = ["api.md", "coming-from-micrograd.md", "coming-from-pytorch.md"]
+PAGES = ["api.md", "coming-from-micrograd.md", "coming-from-pytorch.md", "scaling-out.md"]
 API = (DOCS / "api.md").read_text(encoding="utf-8")
 
 # Dunders that are bookkeeping, not API.

@@ -111,3 +111,14 @@ def test_an_example_runs_as_a_script(tmp_path):
                          text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "[ok] backward gives exactly 6x - 4" in out.stdout
+
+
+def test_sweep_on_dask_equals_serial_runs(tmp_path):
+    pytest.importorskip("distributed")
+    r = run("10_sweep_dask", "--out", str(tmp_path))
+    assert r["failures"] == [] and r["mismatches"] == []
+    assert r["checked"] == len(r["results"]) == 8
+    if matplotlib_missing():
+        assert r["plot"] is None
+    else:
+        assert pathlib.Path(r["plot"]).read_bytes()[:4] == b"\x89PNG"
