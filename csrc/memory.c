@@ -230,6 +230,33 @@ static void free_cascade(uint32_t h) {
     }
 }
 
+/* Give back to the OS the pages of seg that hold only dead nodes.  An
+ * unclaimed graph segment never allocates again, so those slots are never
+ * written again; reading them later (a backward walk) reads zeros, which
+ * is no live node.  This is what lets a kept Value cost its own nodes, not
+ * its segment's 192 KiB. */
+static void discard_dead_pages(pg_seg *seg) {
+#if defined(MADV_DONTNEED) && !defined(_WIN32)
+    const uintptr_t page = 4096;
+    uint32_t i = 0;
+    while (i < seg->used) {
+        if (!(seg->nodes[i].flags & PG_F_DEAD)) {
+            i++;
+            continue;
+        }
+        uint32_t j = i;
+        while (j < seg->used && (seg->nodes[j].flags & PG_F_DEAD)) j++;
+        uintptr_t lo = ((uintptr_t)&seg->nodes[i] + page - 1) & ~(page - 1);
+        uintptr_t hi = (uintptr_t)&seg->nodes[j] & ~(page - 1);
+        if (j == seg->used) hi = ((uintptr_t)(seg + 1)) & ~(page - 1);
+        if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        i = j;
+    }
+#else
+    (void)seg;
+#endif
+}
+
 /* The segment claim died: free every node of it that nothing else holds. */
 static void release_segment(uint32_t sid) {
     pg_seg *seg = pg_segtab[sid];
@@ -241,6 +268,7 @@ static void release_segment(uint32_t sid) {
         if (n->refs == 0 && !(n->flags & PG_F_DEAD)) free_cascade(base | i);
     }
     if (--seg->live == 0) recycle(seg);
+    else if (seg->live < seg->used / 2) discard_dead_pages(seg);
 }
 
 static void release_node(uint32_t h) {
