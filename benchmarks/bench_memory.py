@@ -1,11 +1,11 @@
-"""Memory: a 10,000,000-node graph, resident memory over long training, and
-kept Values on pygrad, the reference engine and micrograd.
+"""Memory: a 10M-node graph, long training, and kept Values beside micrograd.
 
-    python benchmarks/bench_memory.py                    # all three parts
-    python benchmarks/bench_memory.py --quick            # 1,000,000 nodes, 500 steps, small scenarios
-    python benchmarks/bench_memory.py --part graph       # part 1 only
-    python benchmarks/bench_memory.py --part training    # part 2 only
-    python benchmarks/bench_memory.py --part scenarios   # part 3 only (add --quick: under a minute)
+    python benchmarks/bench_memory.py                     # all three parts, ~4 minutes on 2 cores
+    python benchmarks/bench_memory.py --quick             # all three, smaller: ~1 minute
+    python benchmarks/bench_memory.py --part scenarios    # one part: graph, training or scenarios
+
+--quick: 1,000,000 nodes in part 1, 500 steps in part 2, and part 3's
+scenarios at 20 / 60 / 20 / 5 steps.
 
 Part 1 builds y <- y * w + c (two C nodes a round) until the graph has
 10,000,000 nodes, backpropagates, and drops it: wall time of each phase,
@@ -38,7 +38,7 @@ baseline; then the scenario, timed; then gc.collect() (and settle()) again.
 It reports RSS growth (/proc/self/statm), for pygrad the growth of live C
 nodes (lib.pg_live_nodes()), and the wall time, in one markdown table with
 the nodes reachable from the kept Values (counted on the reference engine)
-and pygrad's RSS growth over micrograd's.  --quick runs 20 / 60 / 20 / 5.
+and pygrad's RSS growth over micrograd's.
 """
 import argparse
 import gc
@@ -155,10 +155,12 @@ def custom_tanh(V: Any) -> Callable[[Any], Any]:
     return tanh
 
 
-def scenario(name: str, V: Any, make_mlp: Callable[[], Any]) -> Callable[[Optional[list]], None]:
-    """One step of a scenario on Value class V.  step(kept) appends what the
-    step keeps to ``kept``; step(None) is the warm-up: the same work,
-    nothing kept, and (S4) no update of the parameters."""
+def scenario(name: str, V: Any,
+             make_mlp: Callable[[], Any]) -> Tuple[Callable[[Optional[list]], None], List[Any]]:
+    """(step, setup) of a scenario on Value class V.  step(kept) does one
+    step and appends what it keeps to ``kept``; step(None) is the warm-up:
+    the same work, nothing kept, and (S4) no update of the parameters.
+    ``setup``: the Values made before the baseline (leaves, parameters)."""
     rng = random.Random(0)
     w, c = V(rng.uniform(0.9, 0.999)), V(rng.uniform(0.0, 0.1))
 
@@ -179,10 +181,10 @@ def scenario(name: str, V: Any, make_mlp: Callable[[], Any]) -> Callable[[Option
         y.backward()
 
     if name in ("S1", "S2"):
-        return chain
+        return chain, [w, c]
     if name == "S3":
         tanh = custom_tanh(V)
-        return tanh_chain
+        return tanh_chain, [w, c]
 
     from pygrad.data import make_moons       # numpy only, seeded: the same points everywhere
     X, y = make_moons(MOONS_POINTS, noise=0.1, seed=0)
@@ -209,18 +211,20 @@ def scenario(name: str, V: Any, make_mlp: Callable[[], Any]) -> Callable[[Option
             p.data -= learning_rate * p.grad
         steps[0] += 1
         kept.append(V(total_loss.data))
-    return sgd_step
+    return sgd_step, params
 
 
-def reachable(kept: List[Any]) -> int:
-    """The distinct nodes reachable from ``kept`` through ``_prev``."""
-    seen, todo = set(), list(kept)
+def reachable(kept: List[Any], setup: List[Any]) -> int:
+    """The distinct nodes reachable from ``kept`` through ``_prev``, less
+    those of ``setup`` (made before the baseline)."""
+    seen = set(map(id, setup))
+    todo = list(kept)
     while todo:
         v = todo.pop()
         if id(v) not in seen:
             seen.add(id(v))
             todo.extend(v._prev)
-    return len(seen)
+    return len(seen) - len(setup)
 
 
 def scenario_worker(name: str, engine_name: str, quick: bool) -> None:
@@ -235,7 +239,7 @@ def scenario_worker(name: str, engine_name: str, quick: bool) -> None:
         if on_c:
             engine.settle()
 
-    step = scenario(name, V, make_mlp)
+    step, setup = scenario(name, V, make_mlp)
     step(None)                               # warm-up
     collect()
     rss0, nodes0 = rss_mib(), lib.pg_live_nodes()
@@ -247,11 +251,12 @@ def scenario_worker(name: str, engine_name: str, quick: bool) -> None:
     gc.collect()
     unsettled = lib.pg_live_nodes() - nodes0
     collect()
-    result: Dict[str, Any] = {"rss": rss_mib() - rss0, "seconds": seconds, "kept": len(kept)}
+    result: Dict[str, Any] = {"rss": rss_mib() - rss0, "seconds": seconds, "kept": len(kept),
+                              "last": kept[-1].data if kept else None}
     if on_c:
         result.update(nodes=lib.pg_live_nodes() - nodes0, nodes_before_settle=unsettled)
     else:
-        result.update(reachable=reachable(kept))
+        result.update(reachable=reachable(kept, setup))
     print("RESULT " + json.dumps(result))
 
 
@@ -270,14 +275,15 @@ def kept_values(quick: bool) -> None:
     if importlib.util.find_spec("micrograd") is None:
         print("micrograd is not importable (pip install micrograd==0.1.0): its column is skipped")
         engines.remove("micrograd")
+    print("kept Values: each scenario on each engine in a fresh process", flush=True)
     results: Dict[Tuple[str, str], Dict[str, Any]] = {}
     for name in SCENARIOS:
         for e in engines:
             if e == "pygrad fused" and name != "S4":
                 continue                      # only an MLP has a fused form
             r = results[name, e] = run_worker(name, e, quick)
-            if "error" in r:
-                print(f"{name} on {e}: {r['error']}", file=sys.stderr)
+            done = r["error"] if "error" in r else f"{r['rss']:+.1f} MiB, {r['seconds']:.1f} s"
+            print(f"{name} on {e}: {done}", flush=True)
 
     def cell(name: str, e: str, key: str, fmt: str) -> str:
         r = results.get((name, e))
@@ -289,8 +295,8 @@ def kept_values(quick: bool) -> None:
         p, m = results.get((name, "pygrad"), {}), results.get((name, "micrograd"), {})
         if "rss" not in p or "rss" not in m:
             return "n/a"
-        if m["rss"] < 0.5:
-            return "— (micrograd < 0.5 MiB)"
+        if m["rss"] < 1.0:                   # a ratio to ~0 says nothing
+            return f"— (micrograd {m['rss']:+.1f})"
         return f"{p['rss'] / m['rss']:.2f}"
 
     print("\nRSS growth (MiB) after gc.collect(), each run in a fresh process after a warm-up "
@@ -310,6 +316,11 @@ def kept_values(quick: bool) -> None:
               f"| {cell(name, 'pygrad', 'nodes', '+,')} | {fused} "
               f"| {cell(name, 'reference', 'rss', '+.1f')} | {cell(name, 'micrograd', 'rss', '+.1f')} "
               f"| {ratio(name)} | {seconds} |")
+    # The same work on every engine: the last kept number agrees.
+    for name in SCENARIOS:
+        last = {e: r["last"] for (n, e), r in results.items() if n == name and r.get("last") is not None}
+        if last and max(last.values()) - min(last.values()) > 1e-9 * max(map(abs, last.values())):
+            print(f"\nnote: {name}'s last kept value differs across engines: {last}")
 
 
 def main() -> None:
