@@ -95,8 +95,7 @@ def _held(h: int, kids: tuple) -> "Value":
     out = _new(Value)
     out._h = h
     out._s = _lifetime.hold(h)
-    out._kids = kids
-    registry.add(out)
+    out._kids = kids          # found through its parents' _kids: no registry
     return out
 
 
@@ -143,14 +142,23 @@ def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
     """nout fused LINEAR nodes over shared inputs (pygrad.nn.Layer)."""
     out = ffi.new("uint32_t[]", nout)
     seg = _seg
-    args = (act, params, x, nin, nout, out)
-    rc, seg = _retry(lib.pg_linear_layer(seg.sid, *args), seg, lib.pg_linear_layer, args)
-    _lifetime._check(rc, "a layer")
-    if rc == 1:
-        k = nin + 1
-        xs = tuple(xs)
-        return [_held(out[j], tuple(param_values[j * k:(j + 1) * k]) + xs) for j in range(nout)]
-    return [_wrap(h, seg) for h in out]
+    rc = lib.pg_linear_layer(seg.sid, act, params, x, nin, nout, out)
+    if rc != 0:
+        args = (act, params, x, nin, nout, out)
+        rc, seg = _retry(rc, seg, lib.pg_linear_layer, args)
+        _lifetime._check(rc, "a layer")
+        if rc == 1:
+            k = nin + 1
+            xs = tuple(xs)
+            return [_held(out[j], tuple(param_values[j * k:(j + 1) * k]) + xs)
+                    for j in range(nout)]
+    values = []
+    for h in out:
+        v = _new(Value)
+        v._h = h
+        v._s = seg
+        values.append(v)
+    return values
 
 
 def _make_function(data: float, kids: Any, partials: Any, n: int, name: str,
@@ -267,14 +275,17 @@ class Value:
             h = _HELD - rc
             self._s = _lifetime.hold(h)
             self._kids = kids
+            if _op:
+                # A Python-held node's Value lives as long as its node can
+                # be reached, so its op name can live on it.
+                self.__dict__["_op"] = _op
         else:
             h, self._s = _new_leaf(x)
+            self._h = h
+            registry.add(self)
         self._h = h
-        if _op or label:
-            extra = extras.get_or_create(h)
-            extra.op = _op
-            extra.label = label
-        registry.add(self)
+        if label:
+            extras.get_or_create(h).label = label
 
     # -- numbers ------------------------------------------------------------
 
@@ -292,7 +303,9 @@ class Value:
         if op == lib.PG_OP_POWK:
             k = lib.pg_exponent(h)
             return f"**{int(k)}" if lib.pg_flags(h) & lib.PG_F_INT_EXPONENT else f"**{k!r}"
-        if op == lib.PG_OP_CUSTOM or op == lib.PG_OP_FUNCTION:
+        if op == lib.PG_OP_CUSTOM:
+            return self.__dict__.get("_op", "")
+        if op == lib.PG_OP_FUNCTION:
             extra = extras.get(h)
             return extra.op if extra is not None else ""
         if op == lib.PG_OP_LINEAR:
@@ -351,7 +364,7 @@ class Value:
             kids = tuple(self._prev)
             self._kids = kids
             self._s = _lifetime.hold(self._h)
-            registry.add(self)
+        registry.add(self)         # backward() finds the closure through it
         lib.pg_set_py_backward(self._h)
 
     def backward(self) -> None:
@@ -420,8 +433,8 @@ class Value:
 
 
 def _state(v: Value) -> dict:
-    """A Value's own attributes, less a custom op's closure."""
-    return {k: x for k, x in v.__dict__.items() if k != "_backward"}
+    """A Value's own attributes, less a custom op's closure and name."""
+    return {k: x for k, x in v.__dict__.items() if k not in ("_backward", "_op")}
 
 
 def _leaf(cls: type, data: float, grad: float, label: str, state: Any = None) -> Value:
