@@ -41,19 +41,21 @@ def test_spiral_reaches_95_percent_accuracy():
 
 def test_cli_runs_moons_and_checks_the_reference(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    rc = demo.main(["--dataset", "moons", "--steps", "5", "--no-plot", "--reference-steps", "1"])
+    rc = demo.main(["--dataset", "moons", "--steps", "5", "--no-plot",
+                    "--reference-seconds", "0.001"])
     assert rc == 0
     out = capsys.readouterr().out
     assert "== moons: 5 steps" in out
     assert "same losses bit for bit: True" in out
+    assert "(estimate from 1 step)" in out          # the budget bounds the slow engine
     assert "spiral" not in out
     assert os.listdir(tmp_path) == []        # --no-plot writes nothing
 
 
-def test_cli_reference_steps_zero_skips_the_comparison(capsys, tmp_path, monkeypatch):
+def test_cli_reference_seconds_zero_skips_the_comparison(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert demo.main(["--dataset", "moons", "--steps", "2", "--no-plot",
-                      "--reference-steps", "0"]) == 0
+                      "--reference-seconds", "0"]) == 0
     out = capsys.readouterr().out
     assert "final loss" in out and "bit for bit" not in out
 
@@ -64,6 +66,15 @@ def test_cli_help_exits_zero(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "--dataset" in out and "--steps" in out
+    assert "`" not in out                       # no raw reST markup
+
+
+def test_cli_version(capsys):
+    import pygrad
+    with pytest.raises(SystemExit) as exc:
+        demo.main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"pygrad {pygrad.__version__}"
 
 
 @pytest.mark.parametrize("argv", [["--steps", "0"], ["--steps", "-3"], ["--dataset", "mnist"],

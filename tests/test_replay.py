@@ -148,5 +148,5 @@ def test_demo_tiers_give_the_same_losses_and_replay_is_the_default(capsys):
     runs = {tier: demo.train_moons(steps=12, tier=tier)["losses"] for tier in demo.TIERS}
     assert runs["replay"] == runs["fused"] == runs["eager"]
     assert demo.main(["--dataset", "moons", "--steps", "3", "--no-plot",
-                      "--reference-steps", "0"]) == 0
+                      "--reference-seconds", "0"]) == 0
     assert "tier: replay" in capsys.readouterr().out
