@@ -27,6 +27,10 @@ class Optimizer:
     """Holds the parameters, their C handles and per-parameter state."""
 
     def __init__(self, params: Iterable[Any], lr: LearningRate) -> None:
+        if hasattr(params, "parameters") and not hasattr(params, "__iter__"):
+            raise TypeError(f"an optimizer takes the parameters: pass "
+                            f"{type(params).__name__}.parameters(), not the "
+                            f"{type(params).__name__} itself")
         # A tuple behind a read-only property: the C steps run over handles
         # made here, so the list must not grow or change afterwards.
         self._params: Tuple[Any, ...] = tuple(params)
@@ -75,6 +79,14 @@ class Optimizer:
     def _step(self, lr: float) -> None:
         raise NotImplementedError
 
+    def _settings(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lr = f"schedule {getattr(self.lr, '__name__', 'callable')}" if callable(self.lr) else self.lr
+        return (f"{type(self).__name__}({len(self.params)} params, lr={lr}{self._settings()}, "
+                f"steps={self.steps})")
+
     # Copies and pickles: C handles and buffers are remade from the
     # parameters and the numpy state (``_X_c`` views ``X``).
     def __getstate__(self) -> Any:
@@ -102,6 +114,9 @@ class SGD(Optimizer):
         self.momentum = to_setting(momentum, "momentum")
         self.weight_decay = to_setting(weight_decay, "weight_decay")
         self.velocity, self._velocity_c = self._state()
+
+    def _settings(self) -> str:
+        return f", momentum={self.momentum}, weight_decay={self.weight_decay}"
 
     def _step(self, lr: float) -> None:
         if self._handles is not None:
@@ -134,6 +149,10 @@ class Adam(Optimizer):
         self.weight_decay = to_setting(weight_decay, "weight_decay")
         self.m, self._m_c = self._state()
         self.v, self._v_c = self._state()
+
+    def _settings(self) -> str:
+        return (f", betas=({self.beta1}, {self.beta2}), eps={self.eps}, "
+                f"weight_decay={self.weight_decay}")
 
     def _step(self, lr: float) -> None:
         t = self.steps + 1

@@ -132,6 +132,11 @@ class Inputs:
     def __len__(self) -> int:
         return len(self.values)
 
+    def __repr__(self) -> str:
+        shown = ", ".join(repr(x) for x in self.get()[:4].tolist())
+        more = ", ..." if len(self) > 4 else ""
+        return f"Inputs({len(self)} values: [{shown}{more}])"
+
     def __getstate__(self) -> Any:
         return self._values
 

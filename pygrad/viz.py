@@ -84,7 +84,8 @@ def draw_dot(root: Node, format: str = "svg", rankdir: str = "LR") -> "Any":
                           "(and the Graphviz binaries to render)") from e
     nodes, edges = trace(root)
     name: Dict[int, str] = {id(v): f"v{i}" for i, v in enumerate(nodes)}
-    dot = Digraph(format=format, graph_attr={"rankdir": rankdir})
+    dot = _drawing_class(Digraph)(format=format, graph_attr={"rankdir": rankdir})
+    dot.text_tree = format_tree(root)
     for v in nodes:
         uid = name[id(v)]
         text = "{ %s | data %.4f | grad %.4f }" % (_record_text(v.label), v.data, v.grad)
@@ -95,6 +96,22 @@ def draw_dot(root: Node, format: str = "svg", rankdir: str = "LR") -> "Any":
     for child, parent in edges:
         dot.edge(name[id(child)], name[id(parent)] + "_op")
     return dot
+
+
+def _drawing_class(digraph: type) -> type:
+    """A Digraph that shows the text tree in a notebook when the Graphviz
+    binaries (``dot``) are missing, instead of raising."""
+    from graphviz import ExecutableNotFound
+
+    class Drawing(digraph):  # type: ignore[misc, valid-type]
+        def _repr_mimebundle_(self, include: Any = None, exclude: Any = None,
+                              **kwargs: Any) -> Dict[str, str]:
+            try:
+                return super()._repr_mimebundle_(include, exclude, **kwargs)
+            except ExecutableNotFound:
+                return {"text/plain": self.text_tree}
+
+    return Drawing
 
 
 def _line(v: Node) -> str:

@@ -258,3 +258,14 @@ def test_schedule_returning_a_non_number_raises_type_error():
     with pytest.raises(TypeError):
         opt.step()
     assert p.data == 1.0
+
+
+def test_optimizers_print_their_settings_and_refuse_a_module_with_a_hint():
+    from pygrad import nn
+    model = nn.MLP(2, [3, 1])
+    assert repr(SGD(model.parameters(), lr=0.1, momentum=0.9)) == \
+        "SGD(13 params, lr=0.1, momentum=0.9, weight_decay=0.0, steps=0)"
+    assert repr(Adam(model.parameters(), lr=0.01)) == \
+        "Adam(13 params, lr=0.01, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0, steps=0)"
+    with pytest.raises(TypeError, match=r"pass MLP.parameters\(\), not the MLP itself"):
+        SGD(model, lr=0.1)

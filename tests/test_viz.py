@@ -188,3 +188,14 @@ def test_format_tree_rejects_bad_max_depth():
 def test_print_tree(capsys):
     print_tree(small_graph(Value))
     assert capsys.readouterr().out == SMALL_TREE + "\n"
+
+
+def test_draw_dot_shows_the_text_tree_in_a_notebook_without_graphviz_binaries(monkeypatch):
+    graphviz = pytest.importorskip("graphviz")
+    from pygrad import Value, viz
+    y = Value(1.0) * 2.0
+
+    def missing(*args, **kwargs):
+        raise graphviz.ExecutableNotFound(["dot"])
+    monkeypatch.setattr(graphviz.Digraph, "_repr_mimebundle_", missing)
+    assert viz.draw_dot(y)._repr_mimebundle_() == {"text/plain": viz.format_tree(y)}
