@@ -226,7 +226,8 @@ def test_a_source_tree_without_the_core_says_how_to_build(tmp_path):
     import sys
     src = pathlib.Path(__file__).resolve().parent.parent / "pygrad"
     shutil.copytree(src, tmp_path / "pygrad", ignore=shutil.ignore_patterns("_core*", "__pycache__"))
-    out = subprocess.run([sys.executable, "-c", "import pygrad"], cwd=tmp_path,
+    # -S: no site-packages, so no installed or editable pygrad can answer instead
+    out = subprocess.run([sys.executable, "-S", "-c", "import pygrad"], cwd=tmp_path,
                          capture_output=True, text=True)
     assert out.returncode != 0
     assert "ImportError: pygrad's C core" in out.stderr and "pip install -e ." in out.stderr
