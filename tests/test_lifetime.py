@@ -326,7 +326,9 @@ def test_a_storm_of_interrupts_never_changes_results_or_leaks():
         layer = nn.Layer(2, 3)
         base = lib.pg_live_nodes()
         stop = False
+        go = threading.Event()
         def storm():
+            go.wait()
             while not stop:
                 time.sleep(random.uniform(0.0, 0.003))
                 _thread.interrupt_main()
@@ -351,6 +353,7 @@ def test_a_storm_of_interrupts_never_changes_results_or_leaks():
         t.start()
         while True:
             try:
+                go.set()
                 while state["done"] < 300:
                     try:
                         attempt()
