@@ -63,6 +63,7 @@ def test_keeping_one_intermediate_keeps_exactly_its_subgraph():
     assert live() == before
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_rebuilding_a_10k_graph_1000_times_holds_flat_memory():
     leaves = [Value(random.uniform(-1, 1)) for _ in range(100)]
@@ -119,6 +120,7 @@ def test_a_kept_leaf_does_not_keep_later_graphs():
 
 # -- long training runs hold flat memory ---------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("tier", ["eager", "replay"])
 def test_2000_training_steps_hold_flat_memory(tier):
@@ -140,6 +142,7 @@ def test_2000_training_steps_hold_flat_memory(tier):
 
 # -- a graph of 10 million nodes ------------------------------------------------
 
+@pytest.mark.slow
 def test_a_10_million_node_graph_builds_backprops_and_frees():
     """y <- y * w + c, 5,000,000 times: 10,000,000 C nodes (480 MB)."""
     w, c = Value(0.5), Value(1.0)

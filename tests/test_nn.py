@@ -212,6 +212,7 @@ def train_micrograd_style(model, V, X, y, steps):
     return losses
 
 
+@pytest.mark.slow
 def test_training_is_bit_identical_fused_unfused_and_reference():
     X, y01 = data.make_moons(24, noise=0.1, seed=0)
     X = X.tolist()

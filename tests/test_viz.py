@@ -83,6 +83,7 @@ def test_trace_of_a_leaf(V):
     assert nodes == [x] and edges == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("V", ENGINES)
 def test_deep_chain_traces_without_recursion(V):
     n = 100_000
