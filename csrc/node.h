@@ -29,6 +29,14 @@ typedef struct pg_node {
     uint16_t variant;      /* op-specific: LINEAR's activation and bias bit */
 } pg_node;
 
+_Static_assert(sizeof(pg_node) <= 64, "a node fits a cache line");
+_Static_assert(PG_SEG_NODES == 1 << PG_SEG_BITS, "a handle's offset bits index a segment");
+
+/* The bits a LINEAR node's variant may have. */
+#define PG_LINEAR_VARIANTS (PG_ACT_MASK | PG_LINEAR_BIAS)
+_Static_assert(PG_ACT_SIGMOID <= PG_ACT_MASK && (PG_ACT_MASK & PG_LINEAR_BIAS) == 0,
+               "activations fit the mask, apart from the bias bit");
+
 #define PG_F_DEAD 128
 
 static inline void pg_node_init(pg_node *n, int op) {
@@ -97,10 +105,13 @@ static inline uint32_t pg_children(const pg_node *n, const uint32_t **kids) {
     return n->kid[0];
 }
 
-/* FUNCTION nodes keep their partials after the child list, 8-byte aligned. */
+/* FUNCTION nodes keep their partials after the child list, 8-byte aligned:
+ * an edge run of PG_FUNCTION_EDGES(n) words holds n kids, a padding word
+ * (n odd), n doubles, and a word to align the run's start. */
 static inline double *pg_function_partials(uint32_t *kids, uint32_t n) {
     return (double *)(kids + n + (n & 1));
 }
+#define PG_FUNCTION_EDGES(n) (3 * (n) + 2)
 
 /* alloc.c: the core's heap and mappings, through the pg_fail_alloc and
  * pg_fail_unmap test hooks; the hook's lock, taken around fork(). */

@@ -108,7 +108,7 @@ static int32_t make_nary(uint32_t sid, int op, int variant, const uint32_t *kids
 
 int32_t pg_linear_layer(uint32_t sid, int act, const uint32_t *params, const uint32_t *x,
                         uint32_t nin, uint32_t nout, uint32_t *out) {
-    if (act < 0 || act > 3 || nout == 0 || nout > PG_SEG_NODES) return PG_E_ARG;
+    if (act < 0 || act > PG_ACT_MASK || nout == 0 || nout > PG_SEG_NODES) return PG_E_ARG;
     if (nin > (UINT32_MAX / nout - 1) / 2) return PG_E_ARG;    /* nout * nk fits */
     uint32_t nk = 2 * nin + 1;
     pg_lock();
@@ -156,7 +156,7 @@ int32_t pg_function(uint32_t sid, double data, const uint32_t *kids, const doubl
     int32_t h = pg_alloc_nodes(sid, 0);
     for (uint32_t i = 0; h >= 0 && i < n; i++) h = pg_check_kid(sid, kids[i]);
     uint32_t *edges = NULL;
-    if (h >= 0 && (edges = pg_alloc_edges(sid, 3 * n + 2)) == NULL) h = PG_E_NOMEM;
+    if (h >= 0 && (edges = pg_alloc_edges(sid, PG_FUNCTION_EDGES(n))) == NULL) h = PG_E_NOMEM;
     if (h >= 0) h = pg_alloc_nodes(sid, 1);
     if (h >= 0) {
         if (((uintptr_t)edges & 7) != 0) edges++;       /* align the doubles below */
@@ -187,9 +187,6 @@ void pg_gather_grad(const uint32_t *h, uint32_t n, double *out) {
 void pg_scatter_data(const uint32_t *h, uint32_t n, const double *in) {
     for (uint32_t i = 0; i < n; i++) pg_N(h[i])->data = in[i];
 }
-void pg_scatter_grad(const uint32_t *h, uint32_t n, const double *in) {
-    for (uint32_t i = 0; i < n; i++) pg_N(h[i])->grad = in[i];
-}
 void pg_fill_grad(const uint32_t *h, uint32_t n, double v) {
     for (uint32_t i = 0; i < n; i++) pg_N(h[i])->grad = v;
 }
@@ -211,7 +208,8 @@ int32_t pg_nary(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_
         return PG_E_ARG;
     if (op == PG_OP_LINEAR) {
         uint32_t bias = (variant & PG_LINEAR_BIAS) ? 1 : 0;
-        if ((variant & ~7) || n == 0 || n < bias || (n - bias) % 2 != 0) return PG_E_ARG;
+        if ((variant & ~PG_LINEAR_VARIANTS) || n == 0 || n < bias || (n - bias) % 2 != 0)
+            return PG_E_ARG;
     } else if (n == 0 || variant != 0) {
         return PG_E_ARG;
     }

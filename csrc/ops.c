@@ -106,6 +106,100 @@ static void forward_SIGMOID(pg_node *n) { n->data = sigmoid_of(KID(n, 0)->data);
 static void backward_SIGMOID(pg_node *n) { KID(n, 0)->grad += sigmoid_slope(n->data) * n->grad; }
 
 /*
+ * Elementary functions: libm's, with PyTorch's derivative formulas (the
+ * local gradient from the input x, or from the output where PyTorch uses
+ * it).  At a boundary they give what the formula gives in IEEE arithmetic:
+ * d sqrt at 0, asin / acos / atanh at +-1, acosh at 1 are +-inf.
+ */
+#define X0(n) (KID(n, 0)->data)
+#define LN2 0.6931471805599453          /* log(2), rounded */
+#define LN10 2.302585092994046          /* log(10), rounded */
+#define TWO_OVER_SQRT_PI 1.1283791670955126
+
+static void forward_SIN(pg_node *n) { n->data = sin(X0(n)); }
+static void backward_SIN(pg_node *n) { KID(n, 0)->grad += cos(X0(n)) * n->grad; }
+
+static void forward_COS(pg_node *n) { n->data = cos(X0(n)); }
+static void backward_COS(pg_node *n) { KID(n, 0)->grad += -sin(X0(n)) * n->grad; }
+
+static void forward_TAN(pg_node *n) { n->data = tan(X0(n)); }
+static void backward_TAN(pg_node *n) { KID(n, 0)->grad += (1.0 + n->data * n->data) * n->grad; }
+
+static void forward_ASIN(pg_node *n) { n->data = asin(X0(n)); }
+static void backward_ASIN(pg_node *n) {
+    double x = X0(n);
+    KID(n, 0)->grad += n->grad / sqrt(1.0 - x * x);
+}
+
+static void forward_ACOS(pg_node *n) { n->data = acos(X0(n)); }
+static void backward_ACOS(pg_node *n) {
+    double x = X0(n);
+    KID(n, 0)->grad += -n->grad / sqrt(1.0 - x * x);
+}
+
+static void forward_ATAN(pg_node *n) { n->data = atan(X0(n)); }
+static void backward_ATAN(pg_node *n) {
+    double x = X0(n);
+    KID(n, 0)->grad += n->grad / (1.0 + x * x);
+}
+
+static void forward_SINH(pg_node *n) { n->data = sinh(X0(n)); }
+static void backward_SINH(pg_node *n) { KID(n, 0)->grad += cosh(X0(n)) * n->grad; }
+
+static void forward_COSH(pg_node *n) { n->data = cosh(X0(n)); }
+static void backward_COSH(pg_node *n) { KID(n, 0)->grad += sinh(X0(n)) * n->grad; }
+
+static void forward_ASINH(pg_node *n) { n->data = asinh(X0(n)); }
+static void backward_ASINH(pg_node *n) {
+    double x = X0(n);
+    KID(n, 0)->grad += n->grad / sqrt(x * x + 1.0);
+}
+
+static void forward_ACOSH(pg_node *n) { n->data = acosh(X0(n)); }
+static void backward_ACOSH(pg_node *n) {
+    double x = X0(n);
+    KID(n, 0)->grad += n->grad / sqrt(x * x - 1.0);
+}
+
+static void forward_ATANH(pg_node *n) { n->data = atanh(X0(n)); }
+static void backward_ATANH(pg_node *n) {
+    double x = X0(n);
+    KID(n, 0)->grad += n->grad / (1.0 - x * x);
+}
+
+static void forward_SQRT(pg_node *n) { n->data = sqrt(X0(n)); }
+static void backward_SQRT(pg_node *n) { KID(n, 0)->grad += n->grad / (2.0 * n->data); }
+
+static void forward_LOG2(pg_node *n) { n->data = log2(X0(n)); }
+static void backward_LOG2(pg_node *n) { KID(n, 0)->grad += n->grad / (X0(n) * LN2); }
+
+static void forward_LOG10(pg_node *n) { n->data = log10(X0(n)); }
+static void backward_LOG10(pg_node *n) { KID(n, 0)->grad += n->grad / (X0(n) * LN10); }
+
+static void forward_LOG1P(pg_node *n) { n->data = log1p(X0(n)); }
+static void backward_LOG1P(pg_node *n) { KID(n, 0)->grad += n->grad / (X0(n) + 1.0); }
+
+static void forward_EXPM1(pg_node *n) { n->data = expm1(X0(n)); }
+static void backward_EXPM1(pg_node *n) { KID(n, 0)->grad += (n->data + 1.0) * n->grad; }
+
+static void forward_ERF(pg_node *n) { n->data = erf(X0(n)); }
+static void backward_ERF(pg_node *n) {
+    double x = X0(n);
+    KID(n, 0)->grad += (TWO_OVER_SQRT_PI * exp(-(x * x))) * n->grad;
+}
+
+static void forward_ERFC(pg_node *n) { n->data = erfc(X0(n)); }
+static void backward_ERFC(pg_node *n) {
+    double x = X0(n);
+    KID(n, 0)->grad += (-TWO_OVER_SQRT_PI * exp(-(x * x))) * n->grad;
+}
+
+/* d|x|/dx = sign(x): 0 at +-0 (PyTorch), nan at nan. */
+static double sign_of(double x) { return x != x ? x : (double)((x > 0.0) - (x < 0.0)); }
+static void forward_ABS(pg_node *n) { n->data = fabs(X0(n)); }
+static void backward_ABS(pg_node *n) { KID(n, 0)->grad += sign_of(X0(n)) * n->grad; }
+
+/*
  * The fused ops.  Each computes exactly what the same expression written
  * with the plain ops computes (same operations, same order), and adds to
  * the children's grads in the order the plain graph's nodes would, so a
@@ -129,7 +223,7 @@ static void forward_LINEAR(pg_node *n) {
         i = 2;
     }
     for (; i < nk; i += 2) acc = acc + pg_N(k[i])->data * pg_N(k[i + 1])->data;
-    switch (n->variant & 3) {
+    switch (n->variant & PG_ACT_MASK) {
     case PG_ACT_RELU: acc = relu_of(acc); break;
     case PG_ACT_TANH: acc = tanh(acc); break;
     case PG_ACT_SIGMOID: acc = sigmoid_of(acc); break;
@@ -142,7 +236,7 @@ static void backward_LINEAR(pg_node *n) {
     const uint32_t *k = n->aux.kids;
     uint32_t nk = n->kid[0];
     double g = n->grad;
-    switch (n->variant & 3) {
+    switch (n->variant & PG_ACT_MASK) {
     case PG_ACT_RELU: g = relu_slope(n->data) * g; break;
     case PG_ACT_TANH: g = tanh_slope(n->data) * g; break;
     case PG_ACT_SIGMOID: g = sigmoid_slope(n->data) * g; break;
@@ -221,8 +315,20 @@ static void backward_FUNCTION(pg_node *n) {
 #define forward_CUSTOM forward_NONE
 #define backward_CUSTOM backward_NONE
 
-#define PG_OP(code, name, arity) [PG_OP_##code] = {name, arity, forward_##code, backward_##code},
+#define PG_OP(code, name, arity, methods, act, doc) \
+    [PG_OP_##code] = {name, arity, forward_##code, backward_##code},
 const pg_op_rule pg_rules[PG_OP_COUNT] = {
 #include "ops.def"
 };
 #undef PG_OP
+
+#define PG_OP(code, name, arity, methods, act, doc) \
+    [PG_OP_##code] = {#code, name, arity, methods, act, doc},
+static const pg_op_desc op_descs[PG_OP_COUNT] = {
+#include "ops.def"
+};
+#undef PG_OP
+
+const pg_op_desc *pg_op_info(int op) {
+    return op >= 0 && op < PG_OP_COUNT ? &op_descs[op] : NULL;
+}

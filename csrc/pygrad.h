@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PG_OP(code, name, arity) PG_OP_##code,
+#define PG_OP(code, name, arity, methods, act, doc) PG_OP_##code,
 enum pg_op { 
 #include "ops.def"
     PG_OP_COUNT
@@ -40,7 +40,8 @@ enum pg_op {
  * Python-held: its Value must hold its children's Values (pygrad/_lifetime.py). */
 #define PG_HELD -16
 
-/* LINEAR's variant: activation (low bits) | PG_LINEAR_BIAS. */
+/* LINEAR's variant: activation (the PG_ACT_MASK bits) | PG_LINEAR_BIAS. */
+#define PG_ACT_MASK 3
 #define PG_ACT_NONE 0
 #define PG_ACT_RELU 1
 #define PG_ACT_TANH 2
@@ -97,7 +98,6 @@ int32_t pg_function(uint32_t sid, double data, const uint32_t *kids, const doubl
 void pg_gather_data(const uint32_t *h, uint32_t n, double *out);
 void pg_gather_grad(const uint32_t *h, uint32_t n, double *out);
 void pg_scatter_data(const uint32_t *h, uint32_t n, const double *in);
-void pg_scatter_grad(const uint32_t *h, uint32_t n, const double *in);
 void pg_fill_grad(const uint32_t *h, uint32_t n, double v);
 
 /* Optimizer steps over n parameters (pygrad.optim documents the maths). */
@@ -119,6 +119,18 @@ double pg_exponent(uint32_t h);
 uint32_t pg_nkids(uint32_t h);
 uint32_t pg_kid(uint32_t h, uint32_t i);
 const char *pg_op_name(int op);
+
+/* The op table (csrc/ops.def), row by row: pg_op_info(op) for op in
+ * [0, PG_OP_COUNT), NULL otherwise.  pygrad/_ops.py reads it. */
+typedef struct pg_op_desc {
+    const char *code;      /* "ADD" */
+    const char *name;      /* the node's _op: "+" */
+    int arity;
+    const char *methods;   /* "__sub__ ~__rsub__" */
+    int act;               /* PG_ACT_* when it may be a fused activation, else 0 */
+    const char *doc;       /* docstrings, |-separated */
+} pg_op_desc;
+const pg_op_desc *pg_op_info(int op);
 
 /* The index of a node's Python-side record (label, op name), 0 for none
  * or for a handle that names no live node. */

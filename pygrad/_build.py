@@ -21,9 +21,10 @@ def _read(name: str) -> str:
 
 
 def op_codes() -> "list[tuple[str, str, int]]":
-    """(code, name, arity) for each op in csrc/ops.def, in code order."""
+    """(code, name, arity) for each op in csrc/ops.def, in code order (the
+    rest of each row reaches Python through pg_op_info: pygrad/_ops.py)."""
     return [(m.group(1), m.group(2), int(m.group(3)))
-            for m in re.finditer(r'^PG_OP\((\w+),\s*"([^"]*)",\s*(-?\d+)\)', _read("ops.def"), re.M)]
+            for m in re.finditer(r'^PG_OP\((\w+),\s*"([^"]*)",\s*(-?\d+),', _read("ops.def"), re.M)]
 
 
 def cdef_source() -> str:

@@ -52,3 +52,54 @@ def pow(x: float, y: float) -> float:  # noqa: A001 - mirrors C's pow
 
 def tanh(x: float) -> float:
     return math.tanh(x)
+
+
+# -- elementary functions: math's, with C's result where math raises ---------
+
+def _nan(x: float) -> float:
+    return nan
+
+
+def _libm(f, on_value_error=_nan, on_overflow=_nan):
+    """``f`` (a math function, which calls libm) with C's results for the
+    inputs where Python raises instead: ``on_value_error(x)`` (a domain or
+    pole error), ``on_overflow(x)``."""
+    def g(x: float) -> float:
+        try:
+            return f(x)
+        except ValueError:
+            return on_value_error(x)
+        except OverflowError:
+            return on_overflow(x)
+    g.__name__ = f.__name__
+    return g
+
+
+def _signed_inf(x: float) -> float:
+    return math.copysign(inf, x)
+
+
+def _pole_or_nan(pole: float):
+    """log-like: -inf at the pole, nan below it."""
+    return lambda x: -inf if x == pole else nan
+
+
+sin = _libm(math.sin)                 # math raises at +-inf: C gives nan
+cos = _libm(math.cos)
+tan = _libm(math.tan)
+asin = _libm(math.asin)               # |x| > 1: nan
+acos = _libm(math.acos)
+atan = _libm(math.atan)
+sinh = _libm(math.sinh, on_overflow=_signed_inf)
+cosh = _libm(math.cosh, on_overflow=lambda x: inf)
+asinh = _libm(math.asinh)
+acosh = _libm(math.acosh)             # x < 1: nan
+atanh = _libm(math.atanh, on_value_error=lambda x: _signed_inf(x) if abs(x) == 1.0 else nan)
+sqrt = _libm(math.sqrt)               # x < 0: nan
+log2 = _libm(math.log2, on_value_error=_pole_or_nan(0.0))
+log10 = _libm(math.log10, on_value_error=_pole_or_nan(0.0))
+log1p = _libm(math.log1p, on_value_error=_pole_or_nan(-1.0))
+expm1 = _libm(math.expm1, on_overflow=lambda x: inf)
+erf = math.erf
+erfc = math.erfc
+fabs = math.fabs

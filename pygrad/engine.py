@@ -11,7 +11,7 @@ ones you hold).
 import numbers
 from typing import Any, Callable, Iterable, Set, Tuple, Union
 
-from . import _lifetime
+from . import _lifetime, _ops
 from ._core import ffi, lib
 from ._lifetime import Segment, extras, registry
 from ._numbers import real_or_none, to_real
@@ -309,7 +309,7 @@ class Value:
             extra = extras.get(h)
             return extra.op if extra is not None else ""
         if op == lib.PG_OP_LINEAR:
-            act = lib.pg_variant(h) & 3
+            act = lib.pg_variant(h) & lib.PG_ACT_MASK
             return ("linear", "linear+ReLU", "linear+tanh", "linear+sigmoid")[act]
         if not _op_names:
             _op_names = tuple(ffi.string(lib.pg_op_name(i)).decode()
@@ -388,22 +388,8 @@ class Value:
 
     # -- operators ----------------------------------------------------------
 
-    __add__ = _binary(lib.PG_OP_ADD, False, "self + other")
-    __radd__ = _binary(lib.PG_OP_ADD, False, "other + self (as micrograd: self + other)")
-    __mul__ = _binary(lib.PG_OP_MUL, False, "self * other")
-    __rmul__ = _binary(lib.PG_OP_MUL, False, "other * self (as micrograd: self * other)")
-    __sub__ = _binary(lib.PG_OP_SUB, False, "self - other")
-    __rsub__ = _binary(lib.PG_OP_SUB, True, "other - self")
-    __truediv__ = _binary(lib.PG_OP_DIV, False, "self / other (IEEE: x / 0 is inf or nan)")
-    __rtruediv__ = _binary(lib.PG_OP_DIV, True, "other / self")
-    __rpow__ = _binary(lib.PG_OP_POW, True, "number ** self")
-    __neg__ = _unary(lib.PG_OP_NEG, "-self")
-    exp = _unary(lib.PG_OP_EXP, "e ** self")
-    log = _unary(lib.PG_OP_LOG, "Natural log (IEEE: log(0) is -inf, log(x < 0) is nan)")
-    tanh = _unary(lib.PG_OP_TANH, "Hyperbolic tangent")
-    relu = _unary(lib.PG_OP_RELU, "max(0, self), micrograd's 'ReLU'")
-    sigmoid = _unary(lib.PG_OP_SIGMOID, "1 / (1 + e ** -self), computed without overflow")
-    _pow_value = _binary(lib.PG_OP_POW, False, "self ** Value")
+    # The other operator methods (__add__, exp, sin, ...) are made from the
+    # op table (csrc/ops.def) below the class: see _add_op_methods.
 
     def __pow__(self, other: Any) -> "Value":
         """self ** other: a number exponent is a constant ('**2'), a Value
@@ -430,6 +416,27 @@ class Value:
         """deepcopy and pickle: a new leaf with the same data, grad, label and
         attributes (a graph node's children stay behind)."""
         return _leaf, (type(self), self.data, self.grad, self.label), _state(self) or None
+
+
+def _add_op_methods(cls: type) -> None:
+    """Give ``cls`` one method per ``methods`` entry of each unary and binary
+    op of the table; a method written in the class body (``__pow__``) stays."""
+    for op in _ops.METHOD_OPS:
+        for m in op.methods:
+            if m.name in cls.__dict__:
+                continue
+            if op.arity == 1:
+                fn = _unary(op.code, m.doc)
+            elif op.arity == 2:
+                fn = _binary(op.code, m.swapped, m.doc)
+            else:
+                raise ValueError(f"op table: {op.key} has methods but arity {op.arity}")
+            fn.__name__ = m.name
+            fn.__qualname__ = f"{cls.__name__}.{m.name}"
+            setattr(cls, m.name, fn)
+
+
+_add_op_methods(Value)
 
 
 def _state(v: Value) -> dict:

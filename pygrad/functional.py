@@ -6,15 +6,16 @@ names), so fused models and op-by-op models agree bit for bit.
 """
 from typing import Optional, Sequence
 
-from . import engine
+from . import _ops, engine
 from ._core import ffi, lib
 from ._numbers import not_a_number, real_or_none
 from .engine import Value
 
 __all__ = ["dot", "sum", "logsumexp", "ACTIVATIONS"]
 
-ACTIVATIONS = {None: lib.PG_ACT_NONE, "linear": lib.PG_ACT_NONE, "relu": lib.PG_ACT_RELU,
-               "tanh": lib.PG_ACT_TANH, "sigmoid": lib.PG_ACT_SIGMOID}
+# None / 'linear', and the ops the table (csrc/ops.def) allows as fused activations.
+ACTIVATIONS = {None: lib.PG_ACT_NONE, "linear": lib.PG_ACT_NONE,
+               **dict(sorted(_ops.ACTIVATIONS.items(), key=lambda kv: kv[1]))}
 
 
 def _as_value(v: object, what: str) -> Value:

@@ -18,6 +18,11 @@ __all__ = ["Value"]
 
 _creation_counter = itertools.count()
 
+# The constants of csrc/ops.c, the same doubles.
+_LN2 = 0.6931471805599453
+_LN10 = 2.302585092994046
+_TWO_OVER_SQRT_PI = 1.1283791670955126
+
 
 class Value:
     """A scalar in a computation graph, with its gradient (pure Python)."""
@@ -176,6 +181,173 @@ class Value:
             self.grad += (s * (1.0 - s)) * out.grad
         out._backward = _backward
         return out
+
+    # Elementary functions: libm's, PyTorch's derivative formulas (csrc/ops.c).
+
+    def sin(self) -> "Value":
+        out = Value(_ieee.sin(self.data), (self,), "sin")
+
+        def _backward() -> None:
+            self.grad += _ieee.cos(self.data) * out.grad
+        out._backward = _backward
+        return out
+
+    def cos(self) -> "Value":
+        out = Value(_ieee.cos(self.data), (self,), "cos")
+
+        def _backward() -> None:
+            self.grad += -_ieee.sin(self.data) * out.grad
+        out._backward = _backward
+        return out
+
+    def tan(self) -> "Value":
+        out = Value(_ieee.tan(self.data), (self,), "tan")
+
+        def _backward() -> None:
+            self.grad += (1.0 + out.data * out.data) * out.grad
+        out._backward = _backward
+        return out
+
+    def asin(self) -> "Value":
+        out = Value(_ieee.asin(self.data), (self,), "asin")
+
+        def _backward() -> None:
+            x = self.data
+            self.grad += _ieee.div(out.grad, _ieee.sqrt(1.0 - x * x))
+        out._backward = _backward
+        return out
+
+    def acos(self) -> "Value":
+        out = Value(_ieee.acos(self.data), (self,), "acos")
+
+        def _backward() -> None:
+            x = self.data
+            self.grad += _ieee.div(-out.grad, _ieee.sqrt(1.0 - x * x))
+        out._backward = _backward
+        return out
+
+    def atan(self) -> "Value":
+        out = Value(_ieee.atan(self.data), (self,), "atan")
+
+        def _backward() -> None:
+            x = self.data
+            self.grad += _ieee.div(out.grad, 1.0 + x * x)
+        out._backward = _backward
+        return out
+
+    def sinh(self) -> "Value":
+        out = Value(_ieee.sinh(self.data), (self,), "sinh")
+
+        def _backward() -> None:
+            self.grad += _ieee.cosh(self.data) * out.grad
+        out._backward = _backward
+        return out
+
+    def cosh(self) -> "Value":
+        out = Value(_ieee.cosh(self.data), (self,), "cosh")
+
+        def _backward() -> None:
+            self.grad += _ieee.sinh(self.data) * out.grad
+        out._backward = _backward
+        return out
+
+    def asinh(self) -> "Value":
+        out = Value(_ieee.asinh(self.data), (self,), "asinh")
+
+        def _backward() -> None:
+            x = self.data
+            self.grad += _ieee.div(out.grad, _ieee.sqrt(x * x + 1.0))
+        out._backward = _backward
+        return out
+
+    def acosh(self) -> "Value":
+        out = Value(_ieee.acosh(self.data), (self,), "acosh")
+
+        def _backward() -> None:
+            x = self.data
+            self.grad += _ieee.div(out.grad, _ieee.sqrt(x * x - 1.0))
+        out._backward = _backward
+        return out
+
+    def atanh(self) -> "Value":
+        out = Value(_ieee.atanh(self.data), (self,), "atanh")
+
+        def _backward() -> None:
+            x = self.data
+            self.grad += _ieee.div(out.grad, 1.0 - x * x)
+        out._backward = _backward
+        return out
+
+    def sqrt(self) -> "Value":
+        out = Value(_ieee.sqrt(self.data), (self,), "sqrt")
+
+        def _backward() -> None:
+            self.grad += _ieee.div(out.grad, 2.0 * out.data)
+        out._backward = _backward
+        return out
+
+    def log2(self) -> "Value":
+        out = Value(_ieee.log2(self.data), (self,), "log2")
+
+        def _backward() -> None:
+            self.grad += _ieee.div(out.grad, self.data * _LN2)
+        out._backward = _backward
+        return out
+
+    def log10(self) -> "Value":
+        out = Value(_ieee.log10(self.data), (self,), "log10")
+
+        def _backward() -> None:
+            self.grad += _ieee.div(out.grad, self.data * _LN10)
+        out._backward = _backward
+        return out
+
+    def log1p(self) -> "Value":
+        out = Value(_ieee.log1p(self.data), (self,), "log1p")
+
+        def _backward() -> None:
+            self.grad += _ieee.div(out.grad, self.data + 1.0)
+        out._backward = _backward
+        return out
+
+    def expm1(self) -> "Value":
+        out = Value(_ieee.expm1(self.data), (self,), "expm1")
+
+        def _backward() -> None:
+            self.grad += (out.data + 1.0) * out.grad
+        out._backward = _backward
+        return out
+
+    def erf(self) -> "Value":
+        out = Value(_ieee.erf(self.data), (self,), "erf")
+
+        def _backward() -> None:
+            x = self.data
+            self.grad += (_TWO_OVER_SQRT_PI * _ieee.exp(-(x * x))) * out.grad
+        out._backward = _backward
+        return out
+
+    def erfc(self) -> "Value":
+        out = Value(_ieee.erfc(self.data), (self,), "erfc")
+
+        def _backward() -> None:
+            x = self.data
+            self.grad += (-_TWO_OVER_SQRT_PI * _ieee.exp(-(x * x))) * out.grad
+        out._backward = _backward
+        return out
+
+    def abs(self) -> "Value":
+        out = Value(_ieee.fabs(self.data), (self,), "abs")
+
+        def _backward() -> None:
+            x = self.data
+            sign = x if x != x else float((x > 0.0) - (x < 0.0))   # 0 at 0, nan at nan
+            self.grad += sign * out.grad
+        out._backward = _backward
+        return out
+
+    def __abs__(self) -> "Value":
+        return self.abs()
 
     # -- operator plumbing, in micrograd's operand order ----------------------
 

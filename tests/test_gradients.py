@@ -8,6 +8,7 @@ import struct
 import pytest
 
 from pygrad import Value as C
+from pygrad._ops import METHOD_OPS
 from pygrad.reference import Value as R
 
 ENGINES = [pytest.param(C, id="C"), pytest.param(R, id="ref")]
@@ -35,56 +36,98 @@ def sigmoid_f(x: float) -> float:
 # ---------------------------------------------------------------------------
 # cases: (name, function of Values, the same function on floats, points)
 #
-# The Value function is only built from Value operators/methods, so it also
-# runs on torch tensors (test_gradients_match_pytorch_float64).  Points stay
-# away from kinks and singularities.
+# OP_CASES has one entry per op of the op table (csrc/ops.def) that a Value
+# method makes, keyed by the op's key; test_every_table_op_has_a_gradient_case
+# fails when an op is missing.  The Value function is only built from Value
+# operators/methods, so it also runs on torch tensors
+# (test_gradients_match_pytorch_float64).  Points stay away from kinks and
+# singularities.
 
-CASES = [
+
+def unary(method, f, xs):
+    """The case of a unary method: ``v.method()`` against ``f``, at xs."""
+    return [(method, lambda a: getattr(a, method)(), f, [(x,) for x in xs])]
+
+
+OP_CASES = {
     # add / sub / mul / div, Value-Value and with constants on either side
-    ("add", lambda a, b: a + b, lambda a, b: a + b, [(1.5, -2.0), (0.0, 3.0), (-0.7, 0.2)]),
-    ("add_const", lambda a: a + 3, lambda a: a + 3, [(1.5,), (-2.25,)]),
-    ("radd_const", lambda a: 2.5 + a, lambda a: 2.5 + a, [(1.5,), (-2.25,)]),
-    ("add_self", lambda a: a + a, lambda a: a + a, [(1.5,), (-0.3,)]),
-    ("sub", lambda a, b: a - b, lambda a, b: a - b, [(1.5, -2.0), (0.0, 3.0), (-0.7, 0.2)]),
-    ("sub_const", lambda a: a - 3, lambda a: a - 3, [(1.5,), (-2.25,)]),
-    ("rsub_const", lambda a: 2.5 - a, lambda a: 2.5 - a, [(1.5,), (-2.25,)]),
-    ("sub_self", lambda a: a - a, lambda a: a - a, [(1.5,)]),
-    ("mul", lambda a, b: a * b, lambda a, b: a * b, [(1.5, -2.0), (0.0, 3.0), (-0.7, 0.2)]),
-    ("mul_const", lambda a: a * -3, lambda a: a * -3, [(1.5,), (-2.25,)]),
-    ("rmul_const", lambda a: 0.5 * a, lambda a: 0.5 * a, [(1.5,), (-2.25,)]),
-    ("mul_self", lambda a: a * a, lambda a: a * a, [(1.5,), (-0.3,)]),
-    ("div", lambda a, b: a / b, lambda a, b: a / b, [(1.5, -2.0), (0.0, 3.0), (-0.7, 0.2)]),
-    ("div_const", lambda a: a / 4, lambda a: a / 4, [(1.5,), (-2.25,)]),
-    ("rdiv_const", lambda a: 4 / a, lambda a: 4 / a, [(1.5,), (-2.25,), (0.1,)]),
-    ("div_self", lambda a: a / a, lambda a: a / a, [(1.5,), (-0.3,)]),
-    ("neg", lambda a: -a, lambda a: -a, [(1.5,), (-2.25,), (0.0,)]),
+    "add": [
+        ("add", lambda a, b: a + b, lambda a, b: a + b, [(1.5, -2.0), (0.0, 3.0), (-0.7, 0.2)]),
+        ("add_const", lambda a: a + 3, lambda a: a + 3, [(1.5,), (-2.25,)]),
+        ("radd_const", lambda a: 2.5 + a, lambda a: 2.5 + a, [(1.5,), (-2.25,)]),
+        ("add_self", lambda a: a + a, lambda a: a + a, [(1.5,), (-0.3,)]),
+    ],
+    "sub": [
+        ("sub", lambda a, b: a - b, lambda a, b: a - b, [(1.5, -2.0), (0.0, 3.0), (-0.7, 0.2)]),
+        ("sub_const", lambda a: a - 3, lambda a: a - 3, [(1.5,), (-2.25,)]),
+        ("rsub_const", lambda a: 2.5 - a, lambda a: 2.5 - a, [(1.5,), (-2.25,)]),
+        ("sub_self", lambda a: a - a, lambda a: a - a, [(1.5,)]),
+    ],
+    "mul": [
+        ("mul", lambda a, b: a * b, lambda a, b: a * b, [(1.5, -2.0), (0.0, 3.0), (-0.7, 0.2)]),
+        ("mul_const", lambda a: a * -3, lambda a: a * -3, [(1.5,), (-2.25,)]),
+        ("rmul_const", lambda a: 0.5 * a, lambda a: 0.5 * a, [(1.5,), (-2.25,)]),
+        ("mul_self", lambda a: a * a, lambda a: a * a, [(1.5,), (-0.3,)]),
+    ],
+    "div": [
+        ("div", lambda a, b: a / b, lambda a, b: a / b, [(1.5, -2.0), (0.0, 3.0), (-0.7, 0.2)]),
+        ("div_const", lambda a: a / 4, lambda a: a / 4, [(1.5,), (-2.25,)]),
+        ("rdiv_const", lambda a: 4 / a, lambda a: 4 / a, [(1.5,), (-2.25,), (0.1,)]),
+        ("div_self", lambda a: a / a, lambda a: a / a, [(1.5,), (-0.3,)]),
+    ],
+    "neg": [("neg", lambda a: -a, lambda a: -a, [(1.5,), (-2.25,), (0.0,)])],
     # x ** constant
-    ("pow_int2", lambda a: a ** 2, lambda a: a ** 2, [(1.5,), (-2.25,), (0.0,)]),
-    ("pow_int3", lambda a: a ** 3, lambda a: a ** 3, [(1.5,), (-2.25,)]),
-    ("pow_int_neg1", lambda a: a ** -1, lambda a: a ** -1, [(1.5,), (-2.25,)]),
-    ("pow_int_neg2", lambda a: a ** -2, lambda a: a ** -2, [(1.5,), (-2.25,)]),
-    ("pow_int0", lambda a: a ** 0, lambda a: a ** 0, [(1.5,), (-2.25,)]),
-    ("pow_int1", lambda a: a ** 1, lambda a: a ** 1, [(1.5,), (-2.25,)]),
-    ("pow_float_half", lambda a: a ** 0.5, lambda a: a ** 0.5, [(1.5,), (0.01,), (9.0,)]),
-    ("pow_float_1_5", lambda a: a ** 1.5, lambda a: a ** 1.5, [(1.5,), (0.3,)]),
-    ("pow_float_neg_half", lambda a: a ** -0.5, lambda a: a ** -0.5, [(1.5,), (0.3,)]),
-    ("pow_float_2", lambda a: a ** 2.0, lambda a: a ** 2.0, [(1.5,), (-2.25,)]),
-    ("pow_float_neg_2_5", lambda a: a ** -2.5, lambda a: a ** -2.5, [(1.5,), (0.7,)]),
+    "powk": [
+        ("pow_int2", lambda a: a ** 2, lambda a: a ** 2, [(1.5,), (-2.25,), (0.0,)]),
+        ("pow_int3", lambda a: a ** 3, lambda a: a ** 3, [(1.5,), (-2.25,)]),
+        ("pow_int_neg1", lambda a: a ** -1, lambda a: a ** -1, [(1.5,), (-2.25,)]),
+        ("pow_int_neg2", lambda a: a ** -2, lambda a: a ** -2, [(1.5,), (-2.25,)]),
+        ("pow_int0", lambda a: a ** 0, lambda a: a ** 0, [(1.5,), (-2.25,)]),
+        ("pow_int1", lambda a: a ** 1, lambda a: a ** 1, [(1.5,), (-2.25,)]),
+        ("pow_float_half", lambda a: a ** 0.5, lambda a: a ** 0.5, [(1.5,), (0.01,), (9.0,)]),
+        ("pow_float_1_5", lambda a: a ** 1.5, lambda a: a ** 1.5, [(1.5,), (0.3,)]),
+        ("pow_float_neg_half", lambda a: a ** -0.5, lambda a: a ** -0.5, [(1.5,), (0.3,)]),
+        ("pow_float_2", lambda a: a ** 2.0, lambda a: a ** 2.0, [(1.5,), (-2.25,)]),
+        ("pow_float_neg_2_5", lambda a: a ** -2.5, lambda a: a ** -2.5, [(1.5,), (0.7,)]),
+    ],
     # x ** y, both Values (positive base), and number ** Value
-    ("pow_value", lambda a, b: a ** b, lambda a, b: a ** b,
-     [(1.5, 2.0), (0.5, -1.5), (3.0, 0.25), (2.0, 0.0), (1.0, 3.0)]),
-    ("pow_value_self", lambda a: a ** a, lambda a: a ** a, [(1.5,), (0.3,)]),
-    ("rpow_2", lambda a: 2 ** a, lambda a: 2 ** a, [(1.5,), (-2.25,), (0.0,)]),
-    ("rpow_half", lambda a: 0.5 ** a, lambda a: 0.5 ** a, [(1.5,), (-2.25,)]),
-    ("rpow_e", lambda a: math.e ** a, lambda a: math.e ** a, [(1.5,), (-2.25,)]),
+    "pow": [
+        ("pow_value", lambda a, b: a ** b, lambda a, b: a ** b,
+         [(1.5, 2.0), (0.5, -1.5), (3.0, 0.25), (2.0, 0.0), (1.0, 3.0)]),
+        ("pow_value_self", lambda a: a ** a, lambda a: a ** a, [(1.5,), (0.3,)]),
+        ("rpow_2", lambda a: 2 ** a, lambda a: 2 ** a, [(1.5,), (-2.25,), (0.0,)]),
+        ("rpow_half", lambda a: 0.5 ** a, lambda a: 0.5 ** a, [(1.5,), (-2.25,)]),
+        ("rpow_e", lambda a: math.e ** a, lambda a: math.e ** a, [(1.5,), (-2.25,)]),
+    ],
     # unary functions
-    ("exp", lambda a: a.exp(), math.exp, [(1.5,), (-2.25,), (0.0,), (10.0,)]),
-    ("log", lambda a: a.log(), math.log, [(1.5,), (0.01,), (100.0,)]),
-    ("tanh", lambda a: a.tanh(), math.tanh, [(0.3,), (-1.2,), (0.0,), (3.0,)]),
-    ("relu", lambda a: a.relu(), lambda a: max(0.0, a), [(1.5,), (-2.25,), (0.01,), (-0.01,)]),
-    ("sigmoid", lambda a: a.sigmoid(), sigmoid_f,
-     [(0.0,), (0.7,), (-0.7,), (5.0,), (-5.0,), (30.0,), (-30.0,)]),
-    # composites
+    "exp": unary("exp", math.exp, [1.5, -2.25, 0.0, 10.0]),
+    "log": unary("log", math.log, [1.5, 0.01, 100.0]),
+    "tanh": unary("tanh", math.tanh, [0.3, -1.2, 0.0, 3.0]),
+    "relu": unary("relu", lambda a: max(0.0, a), [1.5, -2.25, 0.01, -0.01]),
+    "sigmoid": unary("sigmoid", sigmoid_f, [0.0, 0.7, -0.7, 5.0, -5.0, 30.0, -30.0]),
+    "sin": unary("sin", math.sin, [0.3, -1.2, 0.0, 4.0, 100.0]),
+    "cos": unary("cos", math.cos, [0.3, -1.2, 0.0, 4.0, 100.0]),
+    "tan": unary("tan", math.tan, [0.3, -1.2, 0.0, 1.5]),
+    "asin": unary("asin", math.asin, [0.3, -0.9, 0.0, 0.99]),
+    "acos": unary("acos", math.acos, [0.3, -0.9, 0.0, 0.99]),
+    "atan": unary("atan", math.atan, [0.3, -1.2, 0.0, 50.0]),
+    "sinh": unary("sinh", math.sinh, [0.3, -1.2, 0.0, 10.0]),
+    "cosh": unary("cosh", math.cosh, [0.3, -1.2, 0.0, 10.0]),
+    "asinh": unary("asinh", math.asinh, [0.3, -1.2, 0.0, 1e3]),
+    "acosh": unary("acosh", math.acosh, [1.3, 2.0, 1e3]),
+    "atanh": unary("atanh", math.atanh, [0.3, -0.9, 0.0, 0.99]),
+    "sqrt": unary("sqrt", math.sqrt, [1.5, 0.01, 100.0]),
+    "log2": unary("log2", math.log2, [1.5, 0.01, 100.0]),
+    "log10": unary("log10", math.log10, [1.5, 0.01, 100.0]),
+    "log1p": unary("log1p", math.log1p, [1.5, 1e-8, -0.5, 0.0, 100.0]),
+    "expm1": unary("expm1", math.expm1, [1.5, 1e-8, -2.25, 0.0, 10.0]),
+    "erf": unary("erf", math.erf, [0.3, -1.2, 0.0, 3.0]),
+    "erfc": unary("erfc", math.erfc, [0.3, -1.2, 0.0, 3.0]),
+    "abs": unary("abs", math.fabs, [1.5, -2.25, 0.01, -0.01])
+    + [("abs_builtin", lambda a: abs(a), math.fabs, [(1.5,), (-2.25,)])],
+}
+
+COMPOSITES = [
     ("neuron", lambda w1, x1, w2, x2, b: (w1 * x1 + w2 * x2 + b).tanh(),
      lambda w1, x1, w2, x2, b: math.tanh(w1 * x1 + w2 * x2 + b),
      [(-3.0, 2.0, 1.0, 0.0, 6.8813735870195432), (0.5, -0.4, 0.3, 1.1, -0.2)]),
@@ -97,7 +140,18 @@ CASES = [
     ("shared_subexpr", lambda a: ((a * a).exp() * (a * a)).tanh() + (a * a) ** 0.5,
      lambda a: math.tanh(math.exp(a * a) * (a * a)) + (a * a) ** 0.5,
      [(0.4,), (-0.9,)]),
+    ("elementary_mix", lambda a, b: (a.sin() * b.cos() + (a * b).abs().sqrt()).log1p()
+     + (a / 4).asin().erf() - b.atan().sinh().expm1(),
+     lambda a, b: math.log1p(math.sin(a) * math.cos(b) + math.sqrt(abs(a * b)))
+     + math.erf(math.asin(a / 4)) - math.expm1(math.sinh(math.atan(b))),
+     [(0.7, -1.3), (-2.1, 0.4)]),
 ]
+
+CASES = [case for cases in OP_CASES.values() for case in cases] + COMPOSITES
+
+
+def test_every_table_op_has_a_gradient_case():
+    assert sorted(OP_CASES) == sorted(op.key for op in METHOD_OPS)
 
 
 def finite_difference(f, xs, i):
@@ -213,34 +267,74 @@ def test_sigmoid_large_inputs_finite_and_correct(V, x):
 # ---------------------------------------------------------------------------
 # IEEE special values (C semantics, not Python's exceptions), on both engines
 
-IEEE_CASES = [
-    ("log(0) = -inf", lambda V: V(0.0).log(), -inf),
-    ("log(-0.0) = -inf", lambda V: V(-0.0).log(), -inf),
-    ("log(-1) = nan", lambda V: V(-1.0).log(), nan),
-    ("1/0 = inf", lambda V: V(1.0) / 0.0, inf),
-    ("-1/0 = -inf", lambda V: V(-1.0) / 0.0, -inf),
-    ("0/0 = nan", lambda V: V(0.0) / 0.0, nan),
-    ("1/Value(-0.0) = -inf", lambda V: V(1.0) / V(-0.0), -inf),
-    ("1/int 0 = inf", lambda V: V(1.0) / 0, inf),
-    ("rdiv 1/Value(0) = inf", lambda V: 1 / V(0.0), inf),
-    ("exp(1000) = inf", lambda V: V(1000.0).exp(), inf),
-    ("exp(-1000) = 0", lambda V: V(-1000.0).exp(), 0.0),
-    ("0**-1 = inf", lambda V: V(0.0) ** -1, inf),
-    ("-0.0**-1 = -inf", lambda V: V(-0.0) ** -1, -inf),
-    ("0**-0.5 = inf", lambda V: V(0.0) ** -0.5, inf),
-    ("(-8)**0.5 = nan", lambda V: V(-8.0) ** 0.5, nan),
-    ("10**400 = inf", lambda V: V(10.0) ** 400, inf),
-    ("(-10)**401 = -inf", lambda V: V(-10.0) ** 401, -inf),
-    ("Value(-8)**Value(1/3) = nan", lambda V: V(-8.0) ** V(1.0 / 3.0), nan),
-    ("0**0 = 1", lambda V: V(0.0) ** 0, 1.0),
-    ("nan**0 = 1 (C99 pow)", lambda V: V(nan) ** 0, 1.0),
-    ("1**Value(nan) = 1 (C99 pow)", lambda V: 1 ** V(nan), 1.0),
-    ("tanh(inf) = 1", lambda V: V(inf).tanh(), 1.0),
-    ("inf - inf = nan", lambda V: V(inf) - V(inf), nan),
-    ("relu(-0.0) = -0.0", lambda V: V(-0.0).relu(), -0.0),
-    ("relu(-inf) = 0", lambda V: V(-inf).relu(), 0.0),
-    ("relu(nan) = nan", lambda V: V(nan).relu(), nan),
-]
+# Keyed by op (every op of the table: test_every_table_op_has_ieee_and_nan_cases).
+IEEE_OP_CASES = {
+    "log": [("log(0) = -inf", lambda V: V(0.0).log(), -inf),
+            ("log(-0.0) = -inf", lambda V: V(-0.0).log(), -inf),
+            ("log(-1) = nan", lambda V: V(-1.0).log(), nan)],
+    "div": [("1/0 = inf", lambda V: V(1.0) / 0.0, inf),
+            ("-1/0 = -inf", lambda V: V(-1.0) / 0.0, -inf),
+            ("0/0 = nan", lambda V: V(0.0) / 0.0, nan),
+            ("1/Value(-0.0) = -inf", lambda V: V(1.0) / V(-0.0), -inf),
+            ("1/int 0 = inf", lambda V: V(1.0) / 0, inf),
+            ("rdiv 1/Value(0) = inf", lambda V: 1 / V(0.0), inf)],
+    "exp": [("exp(1000) = inf", lambda V: V(1000.0).exp(), inf),
+            ("exp(-1000) = 0", lambda V: V(-1000.0).exp(), 0.0)],
+    "powk": [("0**-1 = inf", lambda V: V(0.0) ** -1, inf),
+             ("-0.0**-1 = -inf", lambda V: V(-0.0) ** -1, -inf),
+             ("0**-0.5 = inf", lambda V: V(0.0) ** -0.5, inf),
+             ("(-8)**0.5 = nan", lambda V: V(-8.0) ** 0.5, nan),
+             ("10**400 = inf", lambda V: V(10.0) ** 400, inf),
+             ("(-10)**401 = -inf", lambda V: V(-10.0) ** 401, -inf),
+             ("0**0 = 1", lambda V: V(0.0) ** 0, 1.0),
+             ("nan**0 = 1 (C99 pow)", lambda V: V(nan) ** 0, 1.0)],
+    "pow": [("Value(-8)**Value(1/3) = nan", lambda V: V(-8.0) ** V(1.0 / 3.0), nan),
+            ("1**Value(nan) = 1 (C99 pow)", lambda V: 1 ** V(nan), 1.0)],
+    "tanh": [("tanh(inf) = 1", lambda V: V(inf).tanh(), 1.0)],
+    "sub": [("inf - inf = nan", lambda V: V(inf) - V(inf), nan)],
+    "add": [("inf + -inf = nan", lambda V: V(inf) + V(-inf), nan)],
+    "mul": [("0 * inf = nan", lambda V: V(0.0) * inf, nan)],
+    "neg": [("-(0.0) = -0.0", lambda V: -V(0.0), -0.0)],
+    "sigmoid": [("sigmoid(-inf) = 0", lambda V: V(-inf).sigmoid(), 0.0)],
+    "relu": [("relu(-0.0) = -0.0", lambda V: V(-0.0).relu(), -0.0),
+             ("relu(-inf) = 0", lambda V: V(-inf).relu(), 0.0),
+             ("relu(nan) = nan", lambda V: V(nan).relu(), nan)],
+    "sin": [("sin(inf) = nan", lambda V: V(inf).sin(), nan),
+            ("sin(-0.0) = -0.0", lambda V: V(-0.0).sin(), -0.0)],
+    "cos": [("cos(-inf) = nan", lambda V: V(-inf).cos(), nan)],
+    "tan": [("tan(inf) = nan", lambda V: V(inf).tan(), nan)],
+    "asin": [("asin(1.5) = nan", lambda V: V(1.5).asin(), nan),
+             ("asin(-inf) = nan", lambda V: V(-inf).asin(), nan)],
+    "acos": [("acos(-1.5) = nan", lambda V: V(-1.5).acos(), nan),
+             ("acos(1) = 0", lambda V: V(1.0).acos(), 0.0)],
+    "atan": [("atan(inf) = pi/2", lambda V: V(inf).atan(), math.pi / 2)],
+    "sinh": [("sinh(1000) = inf", lambda V: V(1000.0).sinh(), inf),
+             ("sinh(-1000) = -inf", lambda V: V(-1000.0).sinh(), -inf)],
+    "cosh": [("cosh(-1000) = inf", lambda V: V(-1000.0).cosh(), inf)],
+    "asinh": [("asinh(-inf) = -inf", lambda V: V(-inf).asinh(), -inf)],
+    "acosh": [("acosh(0.5) = nan", lambda V: V(0.5).acosh(), nan),
+              ("acosh(1) = 0", lambda V: V(1.0).acosh(), 0.0)],
+    "atanh": [("atanh(1) = inf", lambda V: V(1.0).atanh(), inf),
+              ("atanh(-1) = -inf", lambda V: V(-1.0).atanh(), -inf),
+              ("atanh(2) = nan", lambda V: V(2.0).atanh(), nan)],
+    "sqrt": [("sqrt(-1) = nan", lambda V: V(-1.0).sqrt(), nan),
+             ("sqrt(-0.0) = -0.0", lambda V: V(-0.0).sqrt(), -0.0),
+             ("sqrt(inf) = inf", lambda V: V(inf).sqrt(), inf)],
+    "log2": [("log2(0) = -inf", lambda V: V(0.0).log2(), -inf),
+             ("log2(-1) = nan", lambda V: V(-1.0).log2(), nan)],
+    "log10": [("log10(-0.0) = -inf", lambda V: V(-0.0).log10(), -inf),
+              ("log10(-2) = nan", lambda V: V(-2.0).log10(), nan)],
+    "log1p": [("log1p(-1) = -inf", lambda V: V(-1.0).log1p(), -inf),
+              ("log1p(-2) = nan", lambda V: V(-2.0).log1p(), nan)],
+    "expm1": [("expm1(1000) = inf", lambda V: V(1000.0).expm1(), inf),
+              ("expm1(-inf) = -1", lambda V: V(-inf).expm1(), -1.0)],
+    "erf": [("erf(-inf) = -1", lambda V: V(-inf).erf(), -1.0)],
+    "erfc": [("erfc(inf) = 0", lambda V: V(inf).erfc(), 0.0),
+             ("erfc(-inf) = 2", lambda V: V(-inf).erfc(), 2.0)],
+    "abs": [("abs(-0.0) = 0.0", lambda V: abs(V(-0.0)), 0.0),
+            ("abs(-inf) = inf", lambda V: V(-inf).abs(), inf)],
+}
+IEEE_CASES = [case for cases in IEEE_OP_CASES.values() for case in cases]
 
 
 @pytest.mark.parametrize("V", ENGINES)
@@ -275,18 +369,30 @@ def _walk(root):
     return out
 
 
-NAN_OPS = [
-    ("add", lambda x: x + 1.0), ("radd", lambda x: 1.0 + x), ("add_value", lambda x: x + x),
-    ("sub", lambda x: x - 1.0), ("rsub", lambda x: 1.0 - x),
-    ("mul", lambda x: x * 2.0), ("rmul", lambda x: 2.0 * x), ("mul_zero", lambda x: x * 0.0),
-    ("div", lambda x: x / 2.0), ("rdiv", lambda x: 2.0 / x), ("div_zero", lambda x: x / 0.0),
-    ("neg", lambda x: -x),
-    ("pow_int", lambda x: x ** 2), ("pow_float", lambda x: x ** 0.5), ("pow_neg", lambda x: x ** -1),
-    ("pow_value_base", lambda x: x ** (x * 0.0 + 2.0)),
-    ("rpow", lambda x: 2.0 ** x),
-    ("exp", lambda x: x.exp()), ("log", lambda x: x.log()), ("tanh", lambda x: x.tanh()),
-    ("relu", lambda x: x.relu()), ("sigmoid", lambda x: x.sigmoid()),
-]
+NAN_OP_CASES = {
+    "add": [("add", lambda x: x + 1.0), ("radd", lambda x: 1.0 + x),
+            ("add_value", lambda x: x + x)],
+    "sub": [("sub", lambda x: x - 1.0), ("rsub", lambda x: 1.0 - x)],
+    "mul": [("mul", lambda x: x * 2.0), ("rmul", lambda x: 2.0 * x),
+            ("mul_zero", lambda x: x * 0.0)],
+    "div": [("div", lambda x: x / 2.0), ("rdiv", lambda x: 2.0 / x),
+            ("div_zero", lambda x: x / 0.0)],
+    "neg": [("neg", lambda x: -x)],
+    "powk": [("pow_int", lambda x: x ** 2), ("pow_float", lambda x: x ** 0.5),
+             ("pow_neg", lambda x: x ** -1)],
+    "pow": [("pow_value_base", lambda x: x ** (x * 0.0 + 2.0)), ("rpow", lambda x: 2.0 ** x)],
+    **{key: [(key, lambda x, m=key: getattr(x, m)())] for key in (
+        "exp", "log", "tanh", "relu", "sigmoid", "sin", "cos", "tan", "asin", "acos", "atan",
+        "sinh", "cosh", "asinh", "acosh", "atanh", "sqrt", "log2", "log10", "log1p", "expm1",
+        "erf", "erfc", "abs")},
+}
+NAN_OPS = [case for cases in NAN_OP_CASES.values() for case in cases]
+
+
+def test_every_table_op_has_ieee_and_nan_cases():
+    keys = sorted(op.key for op in METHOD_OPS)
+    assert sorted(IEEE_OP_CASES) == keys
+    assert sorted(NAN_OP_CASES) == keys
 
 
 @pytest.mark.parametrize("V", ENGINES)
@@ -407,6 +513,27 @@ def test_div_gradients_at_zero_denominator(V):
     out.backward()
     assert a.grad == inf          # g / b
     assert b.grad == -inf         # -g * a / (b * b)
+
+
+@pytest.mark.parametrize("V", ENGINES)
+@pytest.mark.parametrize("method, x, expected", [
+    ("abs", 0.0, 0.0), ("abs", -0.0, 0.0), ("abs", nan, nan), ("abs", -2.0, -1.0),
+    ("abs", -inf, -1.0),
+    ("sqrt", 0.0, inf), ("sqrt", -0.0, -inf), ("sqrt", -1.0, nan),
+    ("asin", 1.0, inf), ("asin", -1.0, inf), ("asin", 2.0, nan),
+    ("acos", 1.0, -inf), ("acos", -1.0, -inf),
+    ("atanh", 1.0, inf), ("atanh", -1.0, inf), ("acosh", 1.0, inf), ("acosh", 0.5, nan),
+    ("log2", 0.0, inf), ("log10", 0.0, inf), ("log1p", -1.0, inf),
+    ("sin", inf, nan), ("expm1", -inf, 0.0), ("erf", inf, 0.0), ("erfc", -inf, -0.0),
+], ids=lambda p: repr(p))
+def test_gradient_convention_at_kinks_and_boundaries(V, method, x, expected):
+    # PyTorch's formulas in IEEE arithmetic (README, Numeric semantics).
+    a = V(x)
+    getattr(a, method)().backward()
+    if expected == 0.0:
+        assert a.grad == 0.0       # either sign: grad starts at +0.0
+    else:
+        assert same_double(a.grad, expected), a.grad
 
 
 # ---------------------------------------------------------------------------

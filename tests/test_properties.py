@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pygrad import Value as C
+from pygrad._ops import METHOD_OPS
 from pygrad.reference import Value as R
 
 # ---------------------------------------------------------------------------
@@ -42,12 +43,25 @@ def show(x: float) -> str:
 # ---------------------------------------------------------------------------
 # the program strategy
 
+# The program's op kinds.  The unary ones come from the op table
+# (csrc/ops.def): every method of every unary op (``v.method()``, e.g.
+# ``__neg__``, ``sin``, ``__abs__``).  The binary and constant kinds are
+# spelled out; KIND_OPS maps each to its op, and
+# test_every_table_op_is_drawn fails when an op of the table is missing.
 VALUE_BINARY = ("add", "sub", "mul", "div", "pow_val")
 CONST_RIGHT = ("add_k", "sub_k", "mul_k", "div_k")          # v op k
 CONST_LEFT = ("radd", "rsub", "rmul", "rdiv", "rpow")       # k op v
 POW_CONST = ("pow_int", "pow_float")                         # v ** k
-UNARY = ("neg", "exp", "log", "tanh", "relu", "sigmoid")
+UNARY = tuple(m.name for op in METHOD_OPS if op.arity == 1 and op.key != "powk"
+              for m in op.methods)
 ALL_OPS = VALUE_BINARY + CONST_RIGHT + CONST_LEFT + POW_CONST + UNARY
+KIND_OPS = {
+    "add": "add", "add_k": "add", "radd": "add", "sub": "sub", "sub_k": "sub", "rsub": "sub",
+    "mul": "mul", "mul_k": "mul", "rmul": "mul", "div": "div", "div_k": "div", "rdiv": "div",
+    "pow_val": "pow", "rpow": "pow", "pow_int": "powk", "pow_float": "powk",
+    **{m.name: op.key for op in METHOD_OPS if op.arity == 1 and op.key != "powk"
+       for m in op.methods},
+}
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 small_float = st.floats(min_value=-10.0, max_value=10.0, allow_nan=False)
@@ -158,9 +172,7 @@ def apply_op(op, nodes):
         return k ** a
     if kind in ("pow_int", "pow_float"):
         return a ** k
-    if kind == "neg":
-        return -a
-    return getattr(a, kind)()  # exp log tanh relu sigmoid
+    return getattr(a, kind)()  # the table's unary methods: __neg__ exp ... sin ... __abs__
 
 
 def build(V, program):
@@ -289,6 +301,11 @@ def test_backward_twice_accumulates_known_values_both_engines():
         assert (a.grad, b.grad, c.grad, d.grad) == (-10.0, 6.0, 2.0, 1.0)
         d.backward()
         assert (a.grad, b.grad, c.grad, d.grad) == (-30.0, 18.0, 4.0, 1.0)
+
+
+def test_every_table_op_is_drawn():
+    assert set(KIND_OPS) == set(ALL_OPS)
+    assert sorted(set(KIND_OPS.values())) == sorted(op.key for op in METHOD_OPS)
 
 
 @pytest.mark.parametrize("op", ALL_OPS)

@@ -1,0 +1,194 @@
+"""The op table (csrc/ops.def, read back through pg_op_info) drives the
+Value methods; every op in it has a C rule, a reference method, gradient
+and IEEE test cases and a docs entry.  And the elementary functions
+(sin ... erfc, abs): C and reference bit for bit on random inputs and in a
+small training run, gradcheck, and replay.
+"""
+import math
+import random
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pygrad
+from pygrad import Value as C
+from pygrad import _build, _ops
+from pygrad.reference import Value as R
+
+from test_docs import documented
+from test_gradients import IEEE_OP_CASES, NAN_OP_CASES, OP_CASES
+
+ELEMENTARY = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+              "atanh", "sqrt", "log2", "log10", "log1p", "expm1", "erf", "erfc", "abs")
+
+
+def same_double(x: float, y: float) -> bool:
+    if math.isnan(x) or math.isnan(y):
+        return math.isnan(x) and math.isnan(y)
+    return struct.pack("<d", x) == struct.pack("<d", y)
+
+
+# ---------------------------------------------------------------------------
+# the table
+
+
+def test_table_in_the_core_is_csrc_ops_def():
+    # The compiled core's rows are ops.def's (codes, _op names, arities, in order).
+    assert [(op.key.upper(), op.name, op.arity) for op in _ops.OPS] == _build.op_codes()
+
+
+def test_only_tanh_relu_sigmoid_may_be_fused_activations():
+    assert sorted(_ops.ACTIVATIONS) == ["relu", "sigmoid", "tanh"]
+    assert set(pygrad.functional.ACTIVATIONS) == {None, "linear", "relu", "sigmoid", "tanh"}
+
+
+def test_elementary_functions_are_in_the_table():
+    methods = {m.name for op in _ops.METHOD_OPS for m in op.methods}
+    assert set(ELEMENTARY) | {"__abs__"} <= methods
+    for name in ELEMENTARY:
+        assert _ops.BY_KEY[name].name == name        # _op is the method's name
+
+
+@pytest.mark.parametrize("op", [pytest.param(op, id=op.key) for op in _ops.METHOD_OPS])
+def test_op_is_complete(op):
+    """A C rule, a reference method, gradient / IEEE / nan test cases and a
+    docs heading for each method."""
+    for m in op.methods:
+        assert callable(getattr(C, m.name, None)), f"pygrad.Value.{m.name} missing"
+        assert callable(getattr(R, m.name, None)), f"reference Value.{m.name} missing"
+        if not m.name.startswith("_") or m.name.startswith("__"):
+            assert documented(f"Value.{m.name}"), f"docs/api.md has no heading for Value.{m.name}"
+    assert OP_CASES.get(op.key), f"tests/test_gradients.py OP_CASES has no case for {op.key}"
+    assert IEEE_OP_CASES.get(op.key), f"tests/test_gradients.py IEEE_OP_CASES lacks {op.key}"
+    assert NAN_OP_CASES.get(op.key), f"tests/test_gradients.py NAN_OP_CASES lacks {op.key}"
+    # The C rule: forward and gradient equal the reference engine's at the
+    # first gradient case (a missing or wrong rule gives other doubles).
+    _, fv, _, points = OP_CASES[op.key][0]
+    results = []
+    for V in (C, R):
+        leaves = [V(x) for x in points[0]]
+        out = fv(*leaves)
+        out.backward()
+        results.append([out.data] + [v.grad for v in leaves] + [out._op])
+    c, r = results
+    assert all(same_double(x, y) for x, y in zip(c[:-1], r[:-1])), (c, r)
+    assert c[-1] == r[-1]
+
+
+def test_generated_methods_keep_micrograd_operand_order():
+    a, b = C(2.0), C(3.0)
+    assert (5 - a).data == 3.0 and (a - 5).data == -3.0
+    assert (1 / b).data == 1 / 3 and (2 ** a).data == 4.0
+    assert (5 + a)._op == "+" and (5 * a)._op == "*"
+    assert C.__rsub__.__name__ == "__rsub__" and C.sin.__doc__.startswith("Sine")
+
+
+# ---------------------------------------------------------------------------
+# the elementary functions
+
+inputs = st.one_of(
+    st.floats(min_value=-3.0, max_value=3.0),
+    st.floats(min_value=-1.0, max_value=1.0),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.0, 0.5, 1e-300, 710.0, -745.0]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(ELEMENTARY + ("__abs__",)), inputs, st.floats(-4.0, 4.0))
+def test_elementary_bit_identical_between_engines(method, x, w):
+    # y = f(x) * w + f(x): two uses of the node, an incoming grad other than 1.
+    outs = []
+    for V in (C, R):
+        a, b = V(x), V(w)
+        fa = getattr(a, method)()
+        y = fa * b + fa
+        y.backward()
+        outs.append((fa.data, y.data, a.grad, b.grad, fa.grad))
+    assert all(same_double(p, q) for p, q in zip(*outs)), (method, x, w, outs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(ELEMENTARY), min_size=1, max_size=8),
+       st.floats(min_value=-2.0, max_value=2.0))
+def test_elementary_chains_bit_identical_between_engines(methods, x):
+    outs = []
+    for V in (C, R):
+        a = V(x)
+        y = a
+        for m in methods:
+            y = getattr(y, m)()
+        y.backward()
+        outs.append((y.data, a.grad))
+    assert all(same_double(p, q) for p, q in zip(*outs)), (methods, x, outs)
+
+
+GRADCHECK_POINTS = {
+    "sin": 0.7, "cos": -1.1, "tan": 0.4, "asin": 0.3, "acos": -0.6, "atan": 2.0,
+    "sinh": 1.3, "cosh": -0.8, "asinh": -2.5, "acosh": 1.7, "atanh": 0.45, "sqrt": 2.2,
+    "log2": 3.1, "log10": 0.2, "log1p": -0.3, "expm1": 0.9, "erf": 0.6, "erfc": -0.4,
+    "abs": -1.9,
+}
+
+
+@pytest.mark.parametrize("V", [C, R], ids=["C", "ref"])
+@pytest.mark.parametrize("method", ELEMENTARY)
+def test_elementary_gradcheck(V, method):
+    x = GRADCHECK_POINTS[method]
+    result = pygrad.gradcheck(lambda a: getattr(a * 1.0, method)() * 3.0, [x], value_type=V)
+    assert result, str(result)
+
+
+def _model(V, params, x):
+    w1, w2, b = params
+    h = (w1 * x + b).sin() + (w2 * x).abs().sqrt().erf() + (w1 * w2).atan()
+    return h + (w1 * x * x + 1.0).log1p().cosh() * w2.tanh().asinh() + (b * 0.5).expm1()
+
+
+def _train(V, steps=25):
+    rng = random.Random(7)
+    params = [V(0.3), V(-0.8), V(0.1)]
+    data = [(rng.uniform(-2, 2), rng.uniform(-1, 1)) for _ in range(8)]
+    trace = []
+    for _ in range(steps):
+        loss = V(0.0)
+        for x, y in data:
+            d = _model(V, params, x) - y
+            loss = loss + d * d
+        for p in params:
+            p.grad = 0.0
+        loss.backward()
+        for p in params:
+            p.data -= 0.01 * p.grad
+        trace.append([loss.data] + [p.data for p in params] + [p.grad for p in params])
+    return trace
+
+
+def test_training_run_with_elementary_ops_bit_identical_between_engines():
+    c, r = _train(C), _train(R)
+    assert c[-1][0] < c[0][0]            # it trains
+    for step, (cs, rs) in enumerate(zip(c, r)):
+        assert all(same_double(p, q) for p, q in zip(cs, rs)), (step, cs, rs)
+
+
+def test_replay_of_elementary_ops_equals_eager():
+    leaves = [C(0.3), C(-0.8), C(0.1)]
+    x = C(0.7)
+    out = _model(C, leaves, x)
+    program = pygrad.compile(out)
+    rng = random.Random(3)
+    for _ in range(5):
+        values = [rng.uniform(-1, 1) for _ in range(4)]
+        for v, d in zip(leaves + [x], values):
+            v.data = d
+            v.grad = 0.0
+        fwd = program.forward()
+        program.backward()
+        fresh = [C(d) for d in values]
+        expected = _model(C, fresh[:3], fresh[3])
+        expected.backward()
+        got = [fwd] + [v.grad for v in leaves + [x]]
+        want = [expected.data] + [v.grad for v in fresh]
+        assert all(same_double(p, q) for p, q in zip(got, want)), (got, want)
