@@ -17,7 +17,7 @@ replaced by its nanny and the run retried by the scheduler; a run that
 raises comes back as a RunFailed naming its (lr, width, seed) while the
 others complete.  Prints the runs sorted by held-out accuracy and, with
 matplotlib, writes sweep_heatmap.png (accuracy over lr x width, averaged
-over seeds).  Needs `pip install "pygrad[distributed]"`.
+over seeds).  Needs `pip install "pygrad-autograd[distributed]"`.
 
     python examples/10_sweep_dask.py [--quick] [--out DIR] [--scheduler ADDRESS] [--workers N]
 """
@@ -249,7 +249,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         from distributed import Client, LocalCluster
     except ImportError:
         print("dask.distributed is not installed: nothing to run "
-              "(pip install \"pygrad[distributed]\")")
+              "(pip install \"pygrad-autograd[distributed]\")")
         return {"skipped": "dask.distributed is not installed"}
     spec = QUICK if args.quick else FULL
     configs = grid(spec["lrs"], spec["widths"], spec["seeds"])

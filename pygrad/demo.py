@@ -229,5 +229,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             for path in paths:
                 print(f"   wrote {path}")
             if not paths:
-                print("   (install matplotlib, pip install 'pygrad[plot]', for PNGs)")
+                print("   (install matplotlib, pip install 'pygrad-autograd[plot]', for PNGs)")
     return 0

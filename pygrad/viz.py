@@ -6,7 +6,7 @@ Everything here reaches the graph only through micrograd's public API
 The walks are iterative: graphs of any depth are fine.
 
 ``draw_dot`` needs the optional ``graphviz`` package (``pip install
-'pygrad[viz]'``); ``format_tree`` / ``print_tree`` need nothing.
+'pygrad-autograd[viz]'``); ``format_tree`` / ``print_tree`` need nothing.
 """
 import math
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -80,7 +80,7 @@ def draw_dot(root: Node, format: str = "svg", rankdir: str = "LR") -> "Any":
     try:
         from graphviz import Digraph
     except ImportError as e:
-        raise ImportError("draw_dot needs the graphviz package: pip install 'pygrad[viz]' "
+        raise ImportError("draw_dot needs the graphviz package: pip install 'pygrad-autograd[viz]' "
                           "(and the Graphviz binaries to render)") from e
     nodes, edges = trace(root)
     name: Dict[int, str] = {id(v): f"v{i}" for i, v in enumerate(nodes)}

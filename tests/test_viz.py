@@ -149,7 +149,7 @@ def test_draw_dot_without_graphviz(monkeypatch):
     monkeypatch.setitem(sys.modules, "graphviz", None)
     with pytest.raises(ImportError) as info:
         draw_dot(Value(1.0))
-    assert str(info.value) == ("draw_dot needs the graphviz package: pip install 'pygrad[viz]' "
+    assert str(info.value) == ("draw_dot needs the graphviz package: pip install 'pygrad-autograd[viz]' "
                                "(and the Graphviz binaries to render)")
 
 
