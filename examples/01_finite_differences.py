@@ -6,7 +6,7 @@ same expression in one pass, for every input at once.  This example prints
 both, for a one-input and a three-input function, and shows how rounding
 spoils the finite difference once h gets too small.
 
-    python examples/01_finite_differences.py [--quick]
+    python examples/01_finite_differences.py [--quick] [--out DIR]
 """
 from typing import Optional, Sequence
 

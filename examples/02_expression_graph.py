@@ -47,7 +47,7 @@ def topological_order(root: Value) -> List[Value]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
-    args = parse_args(__doc__, argv, plots=True)
+    args = parse_args(__doc__, argv, writes="expression_graph.svg if graphviz is installed")
     nodes = build()
     L = nodes["L"]
     print(f"L = (a*b + c) * f = {L.data}")

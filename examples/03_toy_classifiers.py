@@ -7,7 +7,7 @@ micrograd) and with tanh neurons (a tiny Module over pygrad.dot, which fuses
 w.x + b and the activation into one node).  The loss is the mean squared
 error, minimised by plain gradient descent written out by hand.
 
-    python examples/03_toy_classifiers.py [--quick]
+    python examples/03_toy_classifiers.py [--quick] [--out DIR]
 """
 import random
 from typing import Any, List, Optional, Sequence

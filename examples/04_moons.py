@@ -17,7 +17,7 @@ from _common import check, parse_args, plot_decision_boundary
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
-    args = parse_args(__doc__, argv, plots=True)
+    args = parse_args(__doc__, argv, writes="moons_boundary.png if matplotlib is installed")
     steps = 60 if args.quick else 100
     result = demo.train_moons(steps=steps)
     losses, acc = result["losses"], result["accuracy"]

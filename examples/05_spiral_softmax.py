@@ -19,7 +19,7 @@ from _common import check, parse_args, plot_decision_boundary
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
-    args = parse_args(__doc__, argv, plots=True)
+    args = parse_args(__doc__, argv, writes="spiral_boundary.png if matplotlib is installed")
     steps = 100 if args.quick else 300
     result = demo.train_spiral(steps=steps)
     losses, acc = result["losses"], result["accuracy"]

@@ -6,7 +6,7 @@ compares each input's grad with the central difference
 the fused ones included, and a user-defined pygrad.Function (softplus);
 then it shows that a deliberately wrong backward is caught.
 
-    python examples/06_gradcheck.py [--quick]
+    python examples/06_gradcheck.py [--quick] [--out DIR]
 """
 import math
 from typing import Optional, Sequence

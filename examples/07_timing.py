@@ -8,7 +8,7 @@ Each is timed several times and the median taken; the ratios are what to
 read, since the machine's speed cancels out.  All three must produce the
 same losses, bit for bit.  (benchmarks/run.py is the full benchmark.)
 
-    python examples/07_timing.py [--quick]
+    python examples/07_timing.py [--quick] [--out DIR]
 """
 import random
 import statistics

@@ -1,16 +1,18 @@
 """A micrograd program running on pygrad: only the imports changed.
 
-Everything below the imports is written for micrograd 0.1.0: its Value, its
+Everything below the imports is written for micrograd 0.1.0 (the command
+line and the final check aside, from the examples' _common.py): its Value, its
 nn.MLP, a hand-written squared-error loss, zero_grad() and a manual SGD
 update.  Swap the two import lines back (they are shown in the comment
 above them) and it runs on micrograd with the same results, up to rounding
 (micrograd sums gradients in set order); tests/test_examples.py does
 exactly that when micrograd is installed.
 
-    python examples/08_micrograd_port.py [--quick]
+    python examples/08_micrograd_port.py [--quick] [--out DIR]
 """
 import random
-import sys
+
+from _common import check, parse_args  # the examples' shared command line
 
 # micrograd:
 #   from micrograd.engine import Value
@@ -39,11 +41,9 @@ def run(steps):
 
 
 def main(argv=None):
-    quick = "--quick" in (sys.argv[1:] if argv is None else argv)
-    result = run(30 if quick else 200)
-    if not result["losses"][-1] < result["losses"][0]:
-        print("FAILED: the loss did not fall")
-        raise SystemExit(1)
+    args = parse_args(__doc__, argv)
+    result = run(30 if args.quick else 200)
+    check(result["losses"][-1] < result["losses"][0], "the loss fell")
     return result
 
 

@@ -34,7 +34,7 @@ import numpy as np
 import pygrad
 from pygrad import data, losses, nn, optim
 
-from _common import check
+from _common import check, make_parser
 
 Config = Tuple[float, int, int]  # (lr, width, seed)
 
@@ -228,14 +228,12 @@ def plot_heatmap(results: List[dict], path: str) -> Optional[str]:
 # -- the script ------------------------------------------------------------------
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="a tiny grid, a few seconds")
-    p.add_argument("--out", default="pygrad-sweep",
-                   help="folder for the heat map (default: pygrad-sweep)")
+    p = make_parser(__doc__, writes="sweep_heatmap.png if matplotlib is installed",
+                    out_default="pygrad-sweep")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="an existing dask scheduler, e.g. tcp://10.0.0.5:8786 "
                         "(default: start a LocalCluster)")
-    p.add_argument("--workers", type=int, default=2,
+    p.add_argument("--workers", metavar="N", type=int, default=2,
                    help="worker processes of the LocalCluster (default: 2, 1 thread each)")
     args = p.parse_args(argv)
     if args.workers < 1:

@@ -1,19 +1,39 @@
-"""Small helpers shared by the examples: argument parsing, a result check
-that fails the run, and a decision-boundary plot."""
+"""Small helpers shared by the examples: the command line every example
+takes, a result check that fails the run, and a decision-boundary plot."""
 import argparse
 import os
+import re
 from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
 
-def parse_args(doc: str, argv: Optional[Sequence[str]], plots: bool = False) -> argparse.Namespace:
-    """``--quick`` (and ``--out DIR`` for examples that plot)."""
-    p = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+def summary(doc: str) -> str:
+    """The first paragraph of a docstring as one line of plain text: reST
+    markup (``code``, :role:`name`, `link`_) reduced to its text."""
+    paragraph = " ".join(doc.strip().split("\n\n")[0].split())
+    paragraph = re.sub(r":[\w:]+:`([^`]*)`", r"\1", paragraph)    # :func:`x` -> x
+    paragraph = re.sub(r"``([^`]*)``", r"\1", paragraph)          # ``x`` -> x
+    return re.sub(r"`([^`<]*?)\s*(?:<[^>]*>)?`_{0,2}", r"\1", paragraph)  # `x <url>`_ -> x
+
+
+def make_parser(doc: str, writes: str = "", out_default: str = ".") -> argparse.ArgumentParser:
+    """The command line every example shares: ``--quick`` and ``--out DIR``
+    (and ``--help``, described by the docstring's first paragraph).
+    ``writes`` names the files the example writes into DIR (empty: none, but
+    --out is accepted all the same).  An example with options of its own adds
+    them to the parser this returns."""
+    p = argparse.ArgumentParser(description=summary(doc))
     p.add_argument("--quick", action="store_true", help="a smaller run, a few seconds")
-    if plots:
-        p.add_argument("--out", default=".", help="folder for the PNGs (needs matplotlib)")
-    return p.parse_args(argv)
+    what = f"the folder for {writes}" if writes else "for files; this example writes none"
+    p.add_argument("--out", metavar="DIR", default=out_default,
+                   help=f"{what} (default: {out_default})")
+    return p
+
+
+def parse_args(doc: str, argv: Optional[Sequence[str]], writes: str = "") -> argparse.Namespace:
+    """Parse ``argv`` (None: sys.argv) with :func:`make_parser`."""
+    return make_parser(doc, writes).parse_args(argv)
 
 
 def check(ok: bool, what: str) -> None:
