@@ -198,8 +198,11 @@ def test_a_refused_munmap_keeps_the_mapping_for_reuse():
 
 def _run(script: str, timeout: float = 120) -> str:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    # cwd: the tests' folder, where no pygrad source tree can shadow the one
+    # under test (the repository root's has no compiled core).
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True,
-                         text=True, timeout=timeout, env=env)
+                         text=True, timeout=timeout, env=env,
+                         cwd=os.path.dirname(os.path.abspath(__file__)))
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
 
