@@ -364,7 +364,6 @@ class Value:
             kids = tuple(self._prev)
             self._kids = kids
             self._s = _lifetime.hold(self._h)
-        registry.add(self)         # backward() finds the closure through it
         lib.pg_set_py_backward(self._h)
 
     def backward(self) -> None:
@@ -378,8 +377,16 @@ class Value:
             # C frees (ffi.gc), however this loop ends.
             sweep = ffi.gc(ffi.new("pg_sweep *"), lib.pg_sweep_clear)
             rc = lib.pg_backward(h, sweep)
+            closures = None
             while rc > 0:
-                _python_backward(rc - 1)()
+                if closures is None:
+                    closures = _closures_below(self)
+                fn = closures.get(rc - 1)
+                if fn is None:
+                    raise RuntimeError("pygrad: a custom op's _backward is gone: set _backward "
+                                       "before the Value is used in another op, as "
+                                       "micrograd's ops do")
+                fn()
                 rc = lib.pg_backward_resume(sweep)
         if rc == lib.PG_E_NOMEM:
             raise MemoryError("pygrad: out of memory in backward()")
@@ -471,11 +478,22 @@ def _value_of(h: int) -> Value:
     return v
 
 
-def _python_backward(h: int) -> Callable[[], None]:
-    """The closure backward() must run for node h."""
-    v = registry.get(h)
-    fn = v.__dict__.get("_backward") if v is not None else None
-    if fn is None:
-        raise RuntimeError("pygrad: a custom op's _backward is gone: set _backward before "
-                           "the Value is used in another op, as micrograd's ops do")
-    return fn
+def _closures_below(root: Value) -> "dict[int, Callable[[], None]]":
+    """Handle -> Python closure of the custom ops below ``root``.  Every node
+    above a custom op holds its children's Values (``_kids``), so walking
+    ``_kids`` from the root meets every closure backward() can reach."""
+    found: "dict[int, Callable[[], None]]" = {}
+    seen = set()
+    stack = [root]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if lib.pg_flags(v._h) & lib.PG_F_PY_BACKWARD:     # don't make empty __dict__s
+            found[v._h] = v.__dict__["_backward"]
+        try:
+            stack.extend(v._kids)
+        except AttributeError:
+            pass
+    return found
