@@ -37,10 +37,11 @@ void pg_sweep_clear(pg_sweep *s) {
     s->n = s->cap = s->pos = 0;
 }
 
-/* Walk from root (lock held).  Returns 0 when done, 1 when the order was
- * recorded into s for run() (Python is involved, or record_all: replay
- * records every node and applies nothing), or a PG_E_*. */
-static int walk(uint32_t root, int record_all, pg_sweep *s) {
+/* Walk from the roots (lock held; live, distinct handles).  Returns 0 when
+ * done, 1 when the order was recorded into s for run() (Python is
+ * involved, or record_all: replay records every node and applies nothing),
+ * or a PG_E_*. */
+static int walk(const uint32_t *roots, uint32_t nroots, int record_all, pg_sweep *s) {
     /* While any node has a Python backward, the walk only records, with
      * room for every live node made up front: running out of memory then
      * happens before any grad has changed. */
@@ -55,13 +56,22 @@ static int walk(uint32_t root, int record_all, pg_sweep *s) {
         epoch = 1;
     }
     const uint32_t ep = epoch;
-    pg_seg *seg = pg_segtab[root >> PG_SEG_BITS];
-    pg_node *r = pg_N(root);
-    r->mark = ep;
-    if (!record_all) r->grad = 1.0;
-    seg->reach_epoch = ep;
-    size_t pending = 1;
-    int64_t i = root & (PG_SEG_NODES - 1);
+    /* Start at the newest root: every node below the roots comes after it. */
+    uint32_t top = roots[0];
+    size_t pending = 0;
+    for (uint32_t j = 0; j < nroots; j++) {
+        uint32_t h = roots[j];
+        pg_seg *sj = pg_segtab[h >> PG_SEG_BITS], *st = pg_segtab[top >> PG_SEG_BITS];
+        if (sj->birth > st->birth || (sj == st && h > top)) top = h;
+        pg_node *r = pg_N(h);
+        if (r->mark == ep) continue;
+        r->mark = ep;
+        if (!record_all) r->grad = 1.0;
+        sj->reach_epoch = ep;
+        pending++;
+    }
+    pg_seg *seg = pg_segtab[top >> PG_SEG_BITS];
+    int64_t i = top & (PG_SEG_NODES - 1);
     for (;;) {
         for (; i >= 0; i--) {
             pg_node *n = &seg->nodes[i];
@@ -105,16 +115,19 @@ static int32_t run(pg_sweep *s) {
 
 int32_t pg_backward(uint32_t root, pg_sweep *s) {
     pg_lock();
-    int rc = pg_handle_valid(root) ? walk(root, 0, s) : PG_E_ARG;
+    int rc = pg_handle_valid(root) ? walk(&root, 1, 0, s) : PG_E_ARG;
     pg_unlock();
     if (rc <= 0) return rc;
     return run(s);
 }
 
-int pg_record_order(uint32_t root, uint32_t **order, size_t *n) {
+int pg_record_order(const uint32_t *roots, uint32_t nroots, uint32_t **order, size_t *n) {
     pg_sweep s = {NULL, 0, 0, 0};
     pg_lock();
-    int rc = pg_handle_valid(root) ? walk(root, 1, &s) : PG_E_ARG;
+    int rc = nroots > 0 ? 0 : PG_E_ARG;
+    for (uint32_t j = 0; rc == 0 && j < nroots; j++)
+        if (!pg_handle_valid(roots[j])) rc = PG_E_ARG;
+    if (rc == 0) rc = walk(roots, nroots, 1, &s);
     pg_unlock();
     if (rc < 0) {
         pg_sweep_clear(&s);

@@ -144,8 +144,8 @@ uint32_t pg_py_backward_nodes(void);
 /* Zero every DFS mark, when the epoch counter wraps (lock held). */
 void pg_reset_marks(void);
 
-/* backward.c: every node reachable from root, newest first (a
+/* backward.c: every node reachable from the roots, newest first (a
  * topological order, parents before children), in a malloc'd buffer. */
-int pg_record_order(uint32_t root, uint32_t **order, size_t *n);
+int pg_record_order(const uint32_t *roots, uint32_t nroots, uint32_t **order, size_t *n);
 
 #endif

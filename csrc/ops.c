@@ -10,194 +10,190 @@
  */
 #include <math.h>
 #include "node.h"
+#include "rows.h"
 
 #define KID(n, i) pg_N((n)->kid[i])
 
 static void forward_NONE(pg_node *n) { (void)n; }
 static void backward_NONE(pg_node *n) { (void)n; }
 
-static void forward_ADD(pg_node *n) { n->data = KID(n, 0)->data + KID(n, 1)->data; }
-static void backward_ADD(pg_node *n) {
-    double g = n->grad;
-    KID(n, 0)->grad += g;
-    KID(n, 1)->grad += g;
-}
+/*
+ * Each plain op is written once, as expressions of doubles: FWD gives the
+ * output from the inputs, and each BWD the addend to one child's grad
+ * (child.grad += BWD), from the inputs, the output y and the incoming
+ * grad g.  The macros make from them the node rules (eager, replay) and
+ * the row rules (Program.map: the same expressions across rows, in
+ * structure-of-arrays form, so the compiler can vectorize them), so the
+ * two can't disagree.
+ */
+/* Row i of child j's data and grad: a stride of 0 is one shared value (a
+ * shared leaf's data; the grad of a leaf used once, summed in row order). */
+#define XR(r, j, i) ((r)->x[j][(i) * (r)->xs[j]])
+#define GR(r, j, i) ((r)->gx[j][(i) * (r)->gxs[j]])
 
-static void forward_MUL(pg_node *n) { n->data = KID(n, 0)->data * KID(n, 1)->data; }
-static void backward_MUL(pg_node *n) {
-    pg_node *a = KID(n, 0), *b = KID(n, 1);
-    double g = n->grad;
-    a->grad += b->data * g;
-    b->grad += a->data * g;
-}
+#define UNARY_OP(code, FWD, BWD)                                                   \
+    static inline double fwd_##code(double x) { return FWD; }                       \
+    static inline double bwd_##code(double x, double y, double g) {                 \
+        (void)x; (void)y;                                                            \
+        return BWD;                                                                  \
+    }                                                                                \
+    static void forward_##code(pg_node *n) { n->data = fwd_##code(KID(n, 0)->data); } \
+    static void backward_##code(pg_node *n) {                                        \
+        KID(n, 0)->grad += bwd_##code(KID(n, 0)->data, n->data, n->grad);           \
+    }                                                                                \
+    static void rows_forward_##code(const pg_rows *r) {                              \
+        const double *x = r->x[0];                                                   \
+        size_t s = r->xs[0];                                                         \
+        for (size_t i = 0; i < r->n; i++) r->y[i] = fwd_##code(x[i * s]);           \
+    }                                                                                \
+    static void rows_backward_##code(const pg_rows *r) {                             \
+        const double *x = r->x[0];                                                   \
+        size_t s = r->xs[0];                                                         \
+        double *gx = r->gx[0];                                                       \
+        size_t gs = r->gxs[0];                                                       \
+        for (size_t i = 0; i < r->n; i++) gx[i * gs] += bwd_##code(x[i * s], r->y[i], r->gy[i]); \
+    }
 
-static void forward_SUB(pg_node *n) { n->data = KID(n, 0)->data - KID(n, 1)->data; }
-static void backward_SUB(pg_node *n) {
-    double g = n->grad;
-    KID(n, 0)->grad += g;
-    KID(n, 1)->grad += -g;
-}
+#define BINARY_OP(code, FWD, BWD_A, BWD_B)                                         \
+    static inline double fwd_##code(double a, double b) { return FWD; }             \
+    static inline double bwd_a_##code(double a, double b, double y, double g) {     \
+        (void)a; (void)b; (void)y;                                                   \
+        return BWD_A;                                                                \
+    }                                                                                \
+    static inline double bwd_b_##code(double a, double b, double y, double g) {     \
+        (void)a; (void)b; (void)y;                                                   \
+        return BWD_B;                                                                \
+    }                                                                                \
+    static void forward_##code(pg_node *n) {                                          \
+        n->data = fwd_##code(KID(n, 0)->data, KID(n, 1)->data);                      \
+    }                                                                                \
+    static void backward_##code(pg_node *n) {                                         \
+        pg_node *ka = KID(n, 0), *kb = KID(n, 1);                                    \
+        double a = ka->data, b = kb->data, y = n->data, g = n->grad;                 \
+        ka->grad += bwd_a_##code(a, b, y, g);                                        \
+        kb->grad += bwd_b_##code(a, b, y, g);                                        \
+    }                                                                                \
+    static void rows_forward_##code(const pg_rows *r) {                              \
+        const double *a = r->x[0], *b = r->x[1];                                     \
+        size_t sa = r->xs[0], sb = r->xs[1];                                         \
+        for (size_t i = 0; i < r->n; i++) r->y[i] = fwd_##code(a[i * sa], b[i * sb]); \
+    }                                                                                \
+    static void rows_backward_##code(const pg_rows *r) {                             \
+        const double *a = r->x[0], *b = r->x[1];                                     \
+        size_t sa = r->xs[0], sb = r->xs[1];                                         \
+        double *ga = r->gx[0], *gb = r->gx[1];                                       \
+        size_t gsa = r->gxs[0], gsb = r->gxs[1];                                     \
+        for (size_t i = 0; i < r->n; i++) {                                          \
+            double av = a[i * sa], bv = b[i * sb], y = r->y[i], g = r->gy[i];        \
+            ga[i * gsa] += bwd_a_##code(av, bv, y, g);                               \
+            gb[i * gsb] += bwd_b_##code(av, bv, y, g);                               \
+        }                                                                            \
+    }
 
+BINARY_OP(ADD, a + b, g, g)
+BINARY_OP(MUL, a * b, b * g, a * g)
+BINARY_OP(SUB, a - b, g, -g)
 /* Gradients as PyTorch writes them: g / b and -g * a / (b * b). */
-static void forward_DIV(pg_node *n) { n->data = KID(n, 0)->data / KID(n, 1)->data; }
-static void backward_DIV(pg_node *n) {
-    pg_node *a = KID(n, 0), *b = KID(n, 1);
-    double g = n->grad;
-    double av = a->data, bv = b->data;
-    a->grad += g / bv;
-    b->grad += -g * av / (bv * bv);
-}
-
-static void forward_NEG(pg_node *n) { n->data = -KID(n, 0)->data; }
-static void backward_NEG(pg_node *n) { KID(n, 0)->grad += -n->grad; }
+BINARY_OP(DIV, a / b, g / b, -g * a / (b * b))
+UNARY_OP(NEG, -x, -g)
 
 /* x ** k, k constant.  micrograd's rule k * x**(k-1); for k == 0 the
- * gradient is 0 (as in PyTorch), not 0 * x**-1, which is nan at x == 0.
- * x ** 2 is x * x (the correctly rounded square; pow is within 0.52 ulp),
- * and x ** 1 is x, exactly what pow returns, without its cost. */
-static void forward_POWK(pg_node *n) {
-    double x = KID(n, 0)->data, k = n->aux.k;
-    n->data = k == 2.0 ? x * x : pow(x, k);
+ * gradient is 0 (as in PyTorch), not 0 * x**-1, which is nan at x == 0,
+ * and nothing is added (so a -0.0 grad stays -0.0).  x ** 2 is x * x (the
+ * correctly rounded square; pow is within 0.52 ulp). */
+static inline double fwd_POWK(double x, double k) { return k == 2.0 ? x * x : pow(x, k); }
+static inline double bwd_POWK(double x, double k, double g) {
+    return (k * (k == 2.0 ? x : pow(x, k - 1.0))) * g;
 }
+static void forward_POWK(pg_node *n) { n->data = fwd_POWK(KID(n, 0)->data, n->aux.k); }
 static void backward_POWK(pg_node *n) {
-    double x = KID(n, 0)->data, k = n->aux.k;
-    if (k != 0.0) KID(n, 0)->grad += (k * (k == 2.0 ? x : pow(x, k - 1.0))) * n->grad;
+    if (n->aux.k != 0.0) KID(n, 0)->grad += bwd_POWK(KID(n, 0)->data, n->aux.k, n->grad);
+}
+static void rows_forward_POWK(const pg_rows *r) {
+    for (size_t i = 0; i < r->n; i++) r->y[i] = fwd_POWK(r->x[0][i * r->xs[0]], r->k);
+}
+static void rows_backward_POWK(const pg_rows *r) {
+    if (r->k == 0.0) return;
+    for (size_t i = 0; i < r->n; i++)
+        GR(r, 0, i) += bwd_POWK(r->x[0][i * r->xs[0]], r->k, r->gy[i]);
 }
 
 /* x ** y, both nodes.  d/dy = x**y * log(x), taken as 0 where x == 0 and
- * y >= 0 (PyTorch's convention: the limit, instead of 0 * -inf). */
+ * y >= 0 (PyTorch's convention: the limit, instead of 0 * -inf); nothing
+ * is added where a partial is taken as 0. */
+static void pow_grads(double x, double y, double out, double g, double *gx, double *gy) {
+    if (y != 0.0) *gx += (y * pow(x, y - 1.0)) * g;
+    if (!(x == 0.0 && y >= 0.0)) *gy += (out * log(x)) * g;
+}
 static void forward_POW(pg_node *n) { n->data = pow(KID(n, 0)->data, KID(n, 1)->data); }
 static void backward_POW(pg_node *n) {
     pg_node *a = KID(n, 0), *b = KID(n, 1);
-    double g = n->grad;
-    double x = a->data, y = b->data;
-    if (y != 0.0) a->grad += (y * pow(x, y - 1.0)) * g;
-    if (!(x == 0.0 && y >= 0.0)) b->grad += (n->data * log(x)) * g;
+    pow_grads(a->data, b->data, n->data, n->grad, &a->grad, &b->grad);
+}
+static void rows_forward_POW(const pg_rows *r) {
+    for (size_t i = 0; i < r->n; i++)
+        r->y[i] = pow(r->x[0][i * r->xs[0]], r->x[1][i * r->xs[1]]);
+}
+static void rows_backward_POW(const pg_rows *r) {
+    for (size_t i = 0; i < r->n; i++)
+        pow_grads(r->x[0][i * r->xs[0]], r->x[1][i * r->xs[1]], r->y[i], r->gy[i],
+                  &GR(r, 0, i), &GR(r, 1, i));
 }
 
-static void forward_EXP(pg_node *n) { n->data = exp(KID(n, 0)->data); }
-static void backward_EXP(pg_node *n) { KID(n, 0)->grad += n->data * n->grad; }
-
-static void forward_LOG(pg_node *n) { n->data = log(KID(n, 0)->data); }
-static void backward_LOG(pg_node *n) { KID(n, 0)->grad += n->grad / KID(n, 0)->data; }
+UNARY_OP(EXP, exp(x), y * g)
+UNARY_OP(LOG, log(x), g / x)
 
 /* Activations as functions of a double, shared by the unary ops and
  * LINEAR; each local gradient is written in terms of the output. */
-static double relu_of(double x) { return x < 0.0 ? 0.0 : x; }
-static double relu_slope(double out) { return (double)(out > 0.0); }
-static double tanh_slope(double t) { return 1.0 - t * t; }
+static inline double relu_of(double x) { return x < 0.0 ? 0.0 : x; }
+static inline double relu_slope(double out) { return (double)(out > 0.0); }
+static inline double tanh_slope(double t) { return 1.0 - t * t; }
 /* Never exp of a large positive number, so no overflow to inf / inf. */
-static double sigmoid_of(double x) {
+static inline double sigmoid_of(double x) {
     if (x >= 0.0) return 1.0 / (1.0 + exp(-x));
     double e = exp(x);
     return e / (1.0 + e);
 }
-static double sigmoid_slope(double s) { return s * (1.0 - s); }
+static inline double sigmoid_slope(double s) { return s * (1.0 - s); }
 
-static void forward_TANH(pg_node *n) { n->data = tanh(KID(n, 0)->data); }
-static void backward_TANH(pg_node *n) { KID(n, 0)->grad += tanh_slope(n->data) * n->grad; }
-
+UNARY_OP(TANH, tanh(x), tanh_slope(y) * g)
 /* micrograd: 0 if x < 0 else x (so relu(-0.0) is -0.0 and relu(nan) nan);
  * gradient (out > 0) * g. */
-static void forward_RELU(pg_node *n) { n->data = relu_of(KID(n, 0)->data); }
-static void backward_RELU(pg_node *n) { KID(n, 0)->grad += relu_slope(n->data) * n->grad; }
-
-static void forward_SIGMOID(pg_node *n) { n->data = sigmoid_of(KID(n, 0)->data); }
-static void backward_SIGMOID(pg_node *n) { KID(n, 0)->grad += sigmoid_slope(n->data) * n->grad; }
+UNARY_OP(RELU, relu_of(x), relu_slope(y) * g)
+UNARY_OP(SIGMOID, sigmoid_of(x), sigmoid_slope(y) * g)
 
 /*
  * Elementary functions: libm's, with PyTorch's derivative formulas (the
- * local gradient from the input x, or from the output where PyTorch uses
+ * local gradient from the input x, or from the output y where PyTorch uses
  * it).  At a boundary they give what the formula gives in IEEE arithmetic:
  * d sqrt at 0, asin / acos / atanh at +-1, acosh at 1 are +-inf.
  */
-#define X0(n) (KID(n, 0)->data)
 #define LN2 0.6931471805599453          /* log(2), rounded */
 #define LN10 2.302585092994046          /* log(10), rounded */
 #define TWO_OVER_SQRT_PI 1.1283791670955126
 
-static void forward_SIN(pg_node *n) { n->data = sin(X0(n)); }
-static void backward_SIN(pg_node *n) { KID(n, 0)->grad += cos(X0(n)) * n->grad; }
-
-static void forward_COS(pg_node *n) { n->data = cos(X0(n)); }
-static void backward_COS(pg_node *n) { KID(n, 0)->grad += -sin(X0(n)) * n->grad; }
-
-static void forward_TAN(pg_node *n) { n->data = tan(X0(n)); }
-static void backward_TAN(pg_node *n) { KID(n, 0)->grad += (1.0 + n->data * n->data) * n->grad; }
-
-static void forward_ASIN(pg_node *n) { n->data = asin(X0(n)); }
-static void backward_ASIN(pg_node *n) {
-    double x = X0(n);
-    KID(n, 0)->grad += n->grad / sqrt(1.0 - x * x);
-}
-
-static void forward_ACOS(pg_node *n) { n->data = acos(X0(n)); }
-static void backward_ACOS(pg_node *n) {
-    double x = X0(n);
-    KID(n, 0)->grad += -n->grad / sqrt(1.0 - x * x);
-}
-
-static void forward_ATAN(pg_node *n) { n->data = atan(X0(n)); }
-static void backward_ATAN(pg_node *n) {
-    double x = X0(n);
-    KID(n, 0)->grad += n->grad / (1.0 + x * x);
-}
-
-static void forward_SINH(pg_node *n) { n->data = sinh(X0(n)); }
-static void backward_SINH(pg_node *n) { KID(n, 0)->grad += cosh(X0(n)) * n->grad; }
-
-static void forward_COSH(pg_node *n) { n->data = cosh(X0(n)); }
-static void backward_COSH(pg_node *n) { KID(n, 0)->grad += sinh(X0(n)) * n->grad; }
-
-static void forward_ASINH(pg_node *n) { n->data = asinh(X0(n)); }
-static void backward_ASINH(pg_node *n) {
-    double x = X0(n);
-    KID(n, 0)->grad += n->grad / sqrt(x * x + 1.0);
-}
-
-static void forward_ACOSH(pg_node *n) { n->data = acosh(X0(n)); }
-static void backward_ACOSH(pg_node *n) {
-    double x = X0(n);
-    KID(n, 0)->grad += n->grad / sqrt(x * x - 1.0);
-}
-
-static void forward_ATANH(pg_node *n) { n->data = atanh(X0(n)); }
-static void backward_ATANH(pg_node *n) {
-    double x = X0(n);
-    KID(n, 0)->grad += n->grad / (1.0 - x * x);
-}
-
-static void forward_SQRT(pg_node *n) { n->data = sqrt(X0(n)); }
-static void backward_SQRT(pg_node *n) { KID(n, 0)->grad += n->grad / (2.0 * n->data); }
-
-static void forward_LOG2(pg_node *n) { n->data = log2(X0(n)); }
-static void backward_LOG2(pg_node *n) { KID(n, 0)->grad += n->grad / (X0(n) * LN2); }
-
-static void forward_LOG10(pg_node *n) { n->data = log10(X0(n)); }
-static void backward_LOG10(pg_node *n) { KID(n, 0)->grad += n->grad / (X0(n) * LN10); }
-
-static void forward_LOG1P(pg_node *n) { n->data = log1p(X0(n)); }
-static void backward_LOG1P(pg_node *n) { KID(n, 0)->grad += n->grad / (X0(n) + 1.0); }
-
-static void forward_EXPM1(pg_node *n) { n->data = expm1(X0(n)); }
-static void backward_EXPM1(pg_node *n) { KID(n, 0)->grad += (n->data + 1.0) * n->grad; }
-
-static void forward_ERF(pg_node *n) { n->data = erf(X0(n)); }
-static void backward_ERF(pg_node *n) {
-    double x = X0(n);
-    KID(n, 0)->grad += (TWO_OVER_SQRT_PI * exp(-(x * x))) * n->grad;
-}
-
-static void forward_ERFC(pg_node *n) { n->data = erfc(X0(n)); }
-static void backward_ERFC(pg_node *n) {
-    double x = X0(n);
-    KID(n, 0)->grad += (-TWO_OVER_SQRT_PI * exp(-(x * x))) * n->grad;
-}
+UNARY_OP(SIN, sin(x), cos(x) * g)
+UNARY_OP(COS, cos(x), -sin(x) * g)
+UNARY_OP(TAN, tan(x), (1.0 + y * y) * g)
+UNARY_OP(ASIN, asin(x), g / sqrt(1.0 - x * x))
+UNARY_OP(ACOS, acos(x), -g / sqrt(1.0 - x * x))
+UNARY_OP(ATAN, atan(x), g / (1.0 + x * x))
+UNARY_OP(SINH, sinh(x), cosh(x) * g)
+UNARY_OP(COSH, cosh(x), sinh(x) * g)
+UNARY_OP(ASINH, asinh(x), g / sqrt(x * x + 1.0))
+UNARY_OP(ACOSH, acosh(x), g / sqrt(x * x - 1.0))
+UNARY_OP(ATANH, atanh(x), g / (1.0 - x * x))
+UNARY_OP(SQRT, sqrt(x), g / (2.0 * y))
+UNARY_OP(LOG2, log2(x), g / (x * LN2))
+UNARY_OP(LOG10, log10(x), g / (x * LN10))
+UNARY_OP(LOG1P, log1p(x), g / (x + 1.0))
+UNARY_OP(EXPM1, expm1(x), (y + 1.0) * g)
+UNARY_OP(ERF, erf(x), (TWO_OVER_SQRT_PI * exp(-(x * x))) * g)
+UNARY_OP(ERFC, erfc(x), (-TWO_OVER_SQRT_PI * exp(-(x * x))) * g)
 
 /* d|x|/dx = sign(x): 0 at +-0 (PyTorch), nan at nan. */
-static double sign_of(double x) { return x != x ? x : (double)((x > 0.0) - (x < 0.0)); }
-static void forward_ABS(pg_node *n) { n->data = fabs(X0(n)); }
-static void backward_ABS(pg_node *n) { KID(n, 0)->grad += sign_of(X0(n)) * n->grad; }
+static inline double sign_of(double x) { return x != x ? x : (double)((x > 0.0) - (x < 0.0)); }
+UNARY_OP(ABS, fabs(x), sign_of(x) * g)
 
 /*
  * The fused ops.  Each computes exactly what the same expression written
@@ -300,6 +296,162 @@ static void backward_LOGSUMEXP(pg_node *n) {
     }
 }
 
+/* The fused ops across rows: per row, exactly the node rules above.  The
+ * common LINEAR case (a shared weight times a per-row input) goes through
+ * these two loops over distinct arrays, which the compiler vectorizes. */
+static void add_scaled(double *restrict y, double a, const double *restrict v, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = y[i] + a * v[i];
+}
+static void add_products(double *restrict y, const double *restrict u,
+                         const double *restrict v, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = y[i] + u[i] * v[i];
+}
+
+static void rows_forward_LINEAR(const pg_rows *r) {
+    double *y = r->y;
+    uint32_t j = 2;
+    if (r->variant & PG_LINEAR_BIAS) {
+        for (size_t i = 0; i < r->n; i++) y[i] = XR(r, 0, i);
+        j = 1;
+    } else {
+        for (size_t i = 0; i < r->n; i++) y[i] = XR(r, 0, i) * XR(r, 1, i);
+    }
+    for (; j < r->nk; j += 2) {
+        if (r->xs[j] == 0 && r->xs[j + 1] == 1) {      /* shared weight, per-row input */
+            add_scaled(y, r->x[j][0], r->x[j + 1], r->n);
+        } else {
+            for (size_t i = 0; i < r->n; i++) y[i] = y[i] + XR(r, j, i) * XR(r, j + 1, i);
+        }
+    }
+    switch (r->variant & PG_ACT_MASK) {
+    case PG_ACT_RELU: for (size_t i = 0; i < r->n; i++) y[i] = relu_of(y[i]); break;
+    case PG_ACT_TANH: for (size_t i = 0; i < r->n; i++) y[i] = tanh(y[i]); break;
+    case PG_ACT_SIGMOID: for (size_t i = 0; i < r->n; i++) y[i] = sigmoid_of(y[i]); break;
+    }
+}
+/* A pair of a shared weight and a per-row input whose weight is used only
+ * here: the weight's grad is one sum, in row order. */
+static int direct_pair(const pg_rows *r, uint32_t w) {
+    return r->xs[w] == 0 && r->xs[w + 1] == 1 && r->gxs[w] == 0 && r->gxs[w + 1] == 1;
+}
+
+static void rows_backward_LINEAR(const pg_rows *r) {
+    double *g = r->tmp;
+    for (size_t i = 0; i < r->n; i++) {
+        double gi = r->gy[i], yi = r->y[i];
+        switch (r->variant & PG_ACT_MASK) {
+        case PG_ACT_RELU: gi = relu_slope(yi) * gi; break;
+        case PG_ACT_TANH: gi = tanh_slope(yi) * gi; break;
+        case PG_ACT_SIGMOID: gi = sigmoid_slope(yi) * gi; break;
+        }
+        g[i] = gi;
+    }
+    uint32_t first = (r->variant & PG_LINEAR_BIAS) ? 1 : 0;
+    /* A bias used only here sums alone: where its adds fall among the
+     * others' changes nothing. */
+    int bias_alone = first && r->xs[0] == 0 && r->gxs[0] == 0;
+    if (bias_alone) {
+        double acc = *r->gx[0];
+        for (size_t i = 0; i < r->n; i++) acc = acc + g[i];
+        *r->gx[0] = acc;
+    }
+    uint32_t j = r->nk;
+    while (j > first) {
+        if (first && !bias_alone && j - 2 == first)
+            for (size_t i = 0; i < r->n; i++) GR(r, 0, i) += g[i];
+        /* Up to four direct pairs at once: four sums side by side (each in
+         * row order), where one alone would wait on its own adds. */
+        uint32_t q = 0;
+        while (q < 4 && j - 2 * q > first && direct_pair(r, j - 2 * q - 2) &&
+               (bias_alone || !(q > 0 && first && j - 2 * q - 2 == first)))
+            q++;
+        if (q > 0) {
+            double acc[4] = {0.0, 0.0, 0.0, 0.0};
+            const double *v[4] = {g, g, g, g};
+            for (uint32_t t = 0; t < q; t++) {
+                acc[t] = *r->gx[j - 2 * t - 2];
+                v[t] = r->x[j - 2 * t - 1];
+            }
+            if (q == 4) {
+                for (size_t i = 0; i < r->n; i++) {
+                    double gi = g[i];
+                    acc[0] = acc[0] + v[0][i] * gi;
+                    acc[1] = acc[1] + v[1][i] * gi;
+                    acc[2] = acc[2] + v[2][i] * gi;
+                    acc[3] = acc[3] + v[3][i] * gi;
+                }
+            } else {
+                for (uint32_t t = 0; t < q; t++) {
+                    double a = acc[t];
+                    for (size_t i = 0; i < r->n; i++) a = a + v[t][i] * g[i];
+                    acc[t] = a;
+                }
+            }
+            for (uint32_t t = 0; t < q; t++) {
+                *r->gx[j - 2 * t - 2] = acc[t];
+                add_scaled(r->gx[j - 2 * t - 1], r->x[j - 2 * t - 2][0], g, r->n);
+            }
+            j -= 2 * q;
+            continue;
+        }
+        double *gw = r->gx[j - 2], *gv = r->gx[j - 1];
+        if (r->xs[j - 2] == 0 && r->xs[j - 1] == 1 && r->gxs[j - 2] == 1 && r->gxs[j - 1] == 1 &&
+            gw != gv) {
+            add_products(gw, r->x[j - 1], g, r->n);
+            add_scaled(gv, r->x[j - 2][0], g, r->n);
+        } else {
+            for (size_t i = 0; i < r->n; i++) {
+                GR(r, j - 2, i) += XR(r, j - 1, i) * g[i];
+                GR(r, j - 1, i) += XR(r, j - 2, i) * g[i];
+            }
+        }
+        j -= 2;
+    }
+    if (first && !bias_alone && r->nk == 1)
+        for (size_t i = 0; i < r->n; i++) GR(r, 0, i) += g[i];
+}
+
+static void rows_forward_SUM(const pg_rows *r) {
+    for (size_t i = 0; i < r->n; i++) r->y[i] = XR(r, 0, i);
+    for (uint32_t j = 1; j < r->nk; j++)
+        for (size_t i = 0; i < r->n; i++) r->y[i] = r->y[i] + XR(r, j, i);
+}
+static void rows_backward_SUM(const pg_rows *r) {
+    for (uint32_t j = r->nk - 1; j >= 2; j--)
+        for (size_t i = 0; i < r->n; i++) GR(r, j, i) += r->gy[i];
+    for (size_t i = 0; i < r->n; i++) GR(r, 0, i) += r->gy[i];
+    if (r->nk > 1)
+        for (size_t i = 0; i < r->n; i++) GR(r, 1, i) += r->gy[i];
+}
+
+/* One row at a time: the shift m is per row, as in lse_shift. */
+static double rows_lse_shift(const pg_rows *r, size_t i) {
+    double m = XR(r, 0, i);
+    for (uint32_t j = 1; j < r->nk; j++) {
+        double x = XR(r, j, i);
+        if (x > m) m = x;
+    }
+    return isinf(m) ? 0.0 : m;
+}
+static double rows_lse_total(const pg_rows *r, size_t i, double m) {
+    double s = exp(XR(r, 0, i) - m);
+    for (uint32_t j = 1; j < r->nk; j++) s = s + exp(XR(r, j, i) - m);
+    return s;
+}
+static void rows_forward_LOGSUMEXP(const pg_rows *r) {
+    for (size_t i = 0; i < r->n; i++) {
+        double m = rows_lse_shift(r, i);
+        r->y[i] = log(rows_lse_total(r, i, m)) + m;
+    }
+}
+static void rows_backward_LOGSUMEXP(const pg_rows *r) {
+    for (size_t i = 0; i < r->n; i++) {
+        double m = rows_lse_shift(r, i);
+        double q = r->gy[i] / rows_lse_total(r, i, m);
+        for (uint32_t j = r->nk; j-- > 0;) GR(r, j, i) += exp(XR(r, j, i) - m) * q;
+    }
+}
+
 /* pygrad.Function: the user's partials, captured at forward time (a scalar
  * op's gradient is linear in the incoming grad), child order. */
 static void forward_FUNCTION(pg_node *n) { (void)n; }
@@ -315,9 +467,26 @@ static void backward_FUNCTION(pg_node *n) {
 #define forward_CUSTOM forward_NONE
 #define backward_CUSTOM backward_NONE
 
+/* Rows: a leaf has none; a Python-made node or a Function never gets into
+ * a batched program (Program.map refuses them when compiling). */
+static void rows_NONE(const pg_rows *r) { (void)r; }
+#define rows_forward_LEAF rows_NONE
+#define rows_backward_LEAF rows_NONE
+#define rows_forward_CUSTOM rows_NONE
+#define rows_backward_CUSTOM rows_NONE
+#define rows_forward_FUNCTION rows_NONE
+#define rows_backward_FUNCTION rows_NONE
+
 #define PG_OP(code, name, arity, methods, act, doc) \
     [PG_OP_##code] = {name, arity, forward_##code, backward_##code},
 const pg_op_rule pg_rules[PG_OP_COUNT] = {
+#include "ops.def"
+};
+#undef PG_OP
+
+#define PG_OP(code, name, arity, methods, act, doc) \
+    [PG_OP_##code] = {rows_forward_##code, rows_backward_##code},
+const pg_row_rule pg_row_rules[PG_OP_COUNT] = {
 #include "ops.def"
 };
 #undef PG_OP

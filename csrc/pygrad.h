@@ -165,6 +165,22 @@ void pg_program_backward(pg_program *p);
 uint32_t pg_program_size(const pg_program *p);
 void pg_program_clear(pg_program *p);
 
+/* Batched replay (Program.map; csrc/batch.c): the graph below the outputs,
+ * run over n rows of data for the input leaves (row-major, n x ninputs),
+ * writing n x nout outputs; with w (n x nout), the other leaves' grads
+ * accumulate sum_r w[r] . d out_r / d leaf, in the order batch.c states.
+ * compile returns PG_E_ARG with *bad set to a node that can't run in C or
+ * an input that is no leaf (0: no such node).  The batch is Python's,
+ * zeroed, and released by pg_batch_clear. */
+typedef struct pg_batch {
+    void *impl;
+} pg_batch;
+int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t *inputs,
+                         uint32_t ninputs, pg_batch *b, uint32_t *bad);
+int32_t pg_batch_run(pg_batch *b, const double *rows, size_t n, double *out, const double *w);
+uint32_t pg_batch_slots(const pg_batch *b);
+void pg_batch_clear(pg_batch *b);
+
 /* Test hook: the n-th heap allocation from now fails (0 disarms), as if
  * the system were out of memory.  Taking a pooled segment counts as an
  * allocation.  pg_fail_alloc_pending is what is left of the countdown: 0

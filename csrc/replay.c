@@ -23,7 +23,7 @@ int32_t pg_compile(uint32_t root, pg_program *p, uint32_t *bad_node) {
     pg_program_clear(p);
     uint32_t *order;
     size_t n;
-    int rc = pg_record_order(root, &order, &n);
+    int rc = pg_record_order(&root, 1, &order, &n);
     if (rc < 0) return rc;
     for (size_t i = 0; i < n; i++) {
         if (!replayable(pg_N(order[i]))) {

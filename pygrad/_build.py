@@ -42,7 +42,7 @@ def compile_args() -> "list[str]":
         return ["/O2", "/fp:precise", "/std:c11"]
     # No fused multiply-add and no fast-math: every double must round as
     # Python's float arithmetic does, so C and the reference engine agree.
-    args = ["-std=c11", "-O2", "-fno-fast-math", "-ffp-contract=off"]
+    args = ["-std=c11", "-O3", "-fno-fast-math", "-ffp-contract=off"]
     if os.environ.get("PYGRAD_SANITIZE") == "1":
         # -O1 keeps stack traces readable; no recovery, so any report fails the run.
         args += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all",

@@ -21,7 +21,8 @@ or gradient lives in Python (``Value(x, children, op)`` with a ``_backward``
 closure, or a ``pygrad.Function``, whose partials were captured once) make
 ``compile`` fail with a ValueError.
 """
-from typing import Any, Iterable, Tuple
+import threading
+from typing import Any, Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -34,41 +35,116 @@ __all__ = ["compile", "Program", "Inputs"]
 
 
 class Program:
-    """A compiled graph: ``forward()``, ``backward()``, ``output``."""
+    """A compiled graph: ``forward()``, ``backward()``, ``output``, and
+    ``map()`` over rows of inputs (see ``compile``)."""
 
-    __slots__ = ("_output", "_program", "_n")
+    __slots__ = ("_output", "_outputs", "_inputs", "_program", "_batch", "_lock", "_n")
 
-    def __init__(self, root: Value) -> None:
-        if not isinstance(root, Value):
-            raise not_a_number(root, f"compile needs a pygrad.Value (C engine), not "
-                                     f"{type(root).__name__}")
-        # Made empty and released in C (ffi.gc) first: nothing is lost
-        # whatever interrupts this.
-        program = ffi.gc(ffi.new("pg_program *"), lib.pg_program_clear)
+    def __init__(self, output: "Union[Value, Sequence[Value]]",
+                 inputs: "Optional[Iterable[Value]]" = None) -> None:
+        single = isinstance(output, Value)
+        outputs = (output,) if single else _values(output, "compile's outputs")
+        if not outputs:
+            raise ValueError("compile needs at least one output Value")
+        self._outputs: Tuple[Value, ...] = outputs      # keep the graph alive
+        self._output = output if single else None
+        self._program = None
+        self._batch = None
+        self._inputs: Optional[Tuple[Value, ...]] = None
+        self._lock = threading.Lock()
+        if single:
+            # Made empty and released in C (ffi.gc) first: nothing is lost
+            # whatever interrupts this.
+            program = ffi.gc(ffi.new("pg_program *"), lib.pg_program_clear)
+            bad = ffi.new("uint32_t *")
+            rc = lib.pg_compile(output._h, program, bad)
+            _check(rc, bad[0])
+            self._program = program
+            self._n = lib.pg_program_size(program)
+        if inputs is not None:
+            self._compile_batch(_values(inputs, "compile's inputs"))
+        if not single:
+            self._n = lib.pg_batch_slots(self._batch) if self._batch is not None else 0
+
+    def _compile_batch(self, inputs: Tuple[Value, ...]) -> None:
+        seen = set()
+        for v in inputs:
+            if lib.pg_op(v._h) != lib.PG_OP_LEAF:
+                raise ValueError(f"compile's inputs must be leaves (Values made by Value(x)), "
+                                 f"not the result of an op: {v!r}")
+            if id(v) in seen:
+                raise ValueError(f"compile's inputs name the same Value twice: {v!r}")
+            seen.add(id(v))
+        batch = ffi.gc(ffi.new("pg_batch *"), lib.pg_batch_clear)
         bad = ffi.new("uint32_t *")
-        rc = lib.pg_compile(root._h, program, bad)
-        if rc == lib.PG_E_NOMEM:
-            raise MemoryError("pygrad: out of memory compiling the graph")
-        if rc < 0:
-            raise ValueError(f"cannot compile: {_describe(bad[0])}")
-        self._output = root         # keeps the graph alive
-        self._program = program
-        self._n = lib.pg_program_size(program)
+        outs = ffi.new("uint32_t[]", [v._h for v in self._outputs])
+        ins = ffi.new("uint32_t[]", [v._h for v in inputs])
+        rc = lib.pg_batch_compile(outs, len(self._outputs), ins, len(inputs), batch, bad)
+        _check(rc, bad[0])
+        self._inputs = inputs
+        self._batch = batch
 
     @property
-    def output(self) -> Value:
-        """The compiled root (read-only: it keeps the program's nodes alive)."""
-        return self._output
+    def output(self) -> Any:
+        """The compiled output: the Value, or the tuple of Values (read-only:
+        it keeps the program's nodes alive)."""
+        return self._output if self._output is not None else self._outputs
+
+    @property
+    def inputs(self) -> Optional[Tuple[Value, ...]]:
+        """The leaves that ``map`` sets from each row, or None."""
+        return self._inputs
+
+    def _single(self, what: str) -> Any:
+        if self._program is None:
+            raise TypeError(f"{what} replays one output; this program has "
+                            f"{len(self._outputs)}: use map()")
+        return self._program
 
     def forward(self) -> float:
         """Recompute every node from the leaves' current data; returns the
         output's value."""
-        return lib.pg_program_forward(self._program)
+        return lib.pg_program_forward(self._single("forward()"))
 
     def backward(self) -> None:
         """Backpropagate as on a fresh graph: interior grads from 0, the
         output's at 1, leaves accumulate (``+=``)."""
-        lib.pg_program_backward(self._program)
+        lib.pg_program_backward(self._single("backward()"))
+
+    def map(self, rows: Any, grad: Any = None) -> np.ndarray:
+        """Run the program once per row of ``rows`` (n x len(inputs)), each
+        row's numbers going to the ``inputs`` leaves; returns the outputs,
+        shape (n,) for one output or (n, k) for k.  With ``grad=w`` (shape
+        (n,), or (n, k)), the other leaves' grads also accumulate
+        ``sum_r w[r] * d out_r / d leaf``, summed in row order.  Each row's
+        output equals the eager forward bit for bit; the graph's own nodes
+        and the inputs' grads are not changed."""
+        if self._batch is None:
+            raise TypeError("map() needs the leaves that vary per row: "
+                            "compile(output, inputs=[x0, x1, ...])")
+        k, ninputs = len(self._outputs), len(self._inputs or ())
+        data = _array(rows, "map's rows")
+        if data.ndim == 1 and ninputs == 1:
+            data = data.reshape(-1, 1)
+        if data.ndim != 2 or data.shape[1] != ninputs:
+            raise ValueError(f"map needs rows of shape (n, {ninputs}) (one column per input), "
+                             f"got shape {data.shape}")
+        n = data.shape[0]
+        w = None
+        if grad is not None:
+            w = _array(grad, "map's grad")
+            if w.shape not in ((n, k),) + (((n,),) if k == 1 else ()):
+                want = f"({n},)" if k == 1 else f"({n}, {k})"
+                raise ValueError(f"map's grad needs shape {want}: one weight per row "
+                                 f"{'and output ' if k > 1 else ''}, got shape {w.shape}")
+        out = np.empty((n, k), dtype=np.float64)
+        with self._lock:
+            rc = lib.pg_batch_run(self._batch, ffi.from_buffer("double[]", data), n,
+                                  ffi.from_buffer("double[]", out),
+                                  ffi.NULL if w is None else ffi.from_buffer("double[]", w))
+        if rc < 0:
+            raise ValueError("pygrad: map() on a program that was not compiled")
+        return out.reshape(n) if self._output is not None else out
 
     def __len__(self) -> int:
         return self._n
@@ -78,7 +154,39 @@ class Program:
                         "one graph in this process; copy the model and compile again")
 
     def __repr__(self) -> str:
-        return f"Program({self._n} nodes, output={self.output!r})"
+        shown = repr(self.output)
+        if self._inputs is not None:
+            shown += f", inputs={len(self._inputs)}"
+        return f"Program({self._n} nodes, output={shown})"
+
+
+def _values(values: Any, what: str) -> Tuple[Value, ...]:
+    """A tuple of pygrad Values, or a TypeError saying what was given."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise not_a_number(values, f"{what} must be a pygrad.Value (C engine) or a list of "
+                                   f"them, not {type(values).__name__}")
+    out = tuple(values)
+    for v in out:
+        if not isinstance(v, Value):
+            raise not_a_number(v, f"{what} must be pygrad.Values (C engine), not "
+                                  f"{type(v).__name__}")
+    return out
+
+
+def _array(x: Any, what: str) -> np.ndarray:
+    try:
+        return np.ascontiguousarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{what} must be an array of numbers: {e}") from None
+
+
+def _check(rc: int, bad: int) -> None:
+    if rc == lib.PG_E_NOMEM:
+        raise MemoryError("pygrad: out of memory compiling the graph")
+    if rc < 0:
+        if bad:
+            raise ValueError(f"cannot compile: {_describe(bad)}")
+        raise ValueError("cannot compile: a Value's node no longer exists")
 
 
 def _describe(h: int) -> str:
@@ -92,9 +200,12 @@ def _describe(h: int) -> str:
             "its value and backward are Python's, so it can't be replayed")
 
 
-def compile(root: Value) -> Program:  # noqa: A001 - the natural name, as torch.compile
-    """Compile the graph below ``root`` for replay (see the module doc)."""
-    return Program(root)
+def compile(output: "Union[Value, Sequence[Value]]",  # noqa: A001 - as torch.compile
+            inputs: "Optional[Iterable[Value]]" = None) -> Program:
+    """Compile the graph below ``output`` (a Value, or a list of Values) for
+    replay (see the module doc).  ``inputs``: the leaves that vary per row,
+    for ``Program.map``; every other leaf is shared by all rows."""
+    return Program(output, inputs)
 
 
 class Inputs:

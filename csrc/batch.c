@@ -1,0 +1,359 @@
+/*
+ * Batched replay (Program.map): one per-sample program, run over many rows.
+ *
+ * Compiling lays the graph below the outputs out flat in creation order,
+ * children first: slot s is one node.  The leaves named as inputs take one
+ * column of the rows each; every other leaf is shared by all rows (the
+ * parameters, and the constants that number operands made).
+ *
+ * Running takes the rows in blocks of B.  Each slot holds B values and B
+ * grads (structure of arrays), so each op is one loop across the block's
+ * rows (the row rules of ops.c, made from the same expressions as the node
+ * rules), which the compiler can vectorize; -ffp-contract=off still holds,
+ * so every row's numbers are the eager ones, bit for bit.  A shared leaf's
+ * data is one value (stride 0); its grad is per row.
+ *
+ * Backward, and so the order of every sum (docs/api.md, Program.map):
+ * each row's sweep is backward()'s, with the output's grad set to w[r]
+ * (output j: w[r, j]) instead of 1; a shared leaf's contributions within
+ * row r add up in the sweep's order to g_r (from 0), and after each block
+ * the leaf's grad becomes leaf.grad + g_r for each row r in row order.
+ * Inputs' grads and the graph's own nodes are not touched.
+ *
+ * Everything is allocated by pg_batch_compile; running allocates nothing.
+ * A program must not run in two threads at once (Python holds a lock).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "node.h"
+#include "rows.h"
+
+/* Slots x rows x (data + grad) stays within this, so a block fits cache. */
+#define BLOCK_BYTES (4u << 20)
+#define MAX_BLOCK 256u
+#define NO_SLOT UINT32_MAX
+
+typedef struct batch {
+    uint32_t nslots, ninputs, nout, nshared;
+    size_t block;             /* rows per block, B */
+    size_t stride;            /* doubles from one slot's rows to the next's */
+    uint8_t *op;              /* per slot */
+    uint16_t *variant;
+    double *k;
+    uint32_t *nk;
+    uint32_t *first_edge;     /* slot s's children: edges first_edge[s] .. + nk[s] */
+    const double **x;         /* per edge: the child's data (a row vector or one value) */
+    size_t *xs;               /* per edge: 1, or 0 for a shared leaf */
+    double **gx;              /* per edge: the child's grad, per row or one sum */
+    size_t *gxs;              /* per edge: 1, or 0 for a shared leaf used once */
+    uint32_t *zero_slot, nzero;       /* slots whose grads are per row */
+    uint32_t *summed, nsummed;        /* shared leaves used more than once: slots */
+    double **summed_into;             /* ... and their grads' sums */
+    uint32_t *input_slot;     /* per input column: its slot, or NO_SLOT if unused */
+    uint32_t *out_slot;       /* per output: its slot */
+    const double **out_x;     /* per output: its data, as an edge's */
+    size_t *out_xs;
+    uint32_t *shared_node;    /* per shared leaf: its handle */
+    double *shared_data;      /* per shared leaf: its data, read at each run */
+    double *shared_grad;      /* per shared leaf: its grad while a run accumulates */
+    double *data, *grad;      /* nslots * stride each */
+    double *tmp;              /* block */
+} batch;
+
+static void batch_free(batch *b) {
+    if (b == NULL) return;
+    free(b->op); free(b->variant); free(b->k); free(b->nk); free(b->first_edge);
+    free(b->x); free(b->xs); free(b->gx); free(b->gxs);
+    free(b->zero_slot); free(b->summed); free(b->summed_into); free(b->input_slot); free(b->out_slot);
+    free(b->out_x); free(b->out_xs);
+    free(b->shared_node); free(b->shared_data); free(b->shared_grad);
+    free(b->data); free(b->grad); free(b->tmp);
+    free(b);
+}
+
+void pg_batch_clear(pg_batch *p) {
+    if (p == NULL) return;
+    batch_free(p->impl);
+    p->impl = NULL;
+}
+
+typedef struct slot_of { uint32_t h, slot; } slot_of;
+
+static int by_handle(const void *a, const void *b) {
+    uint32_t x = ((const slot_of *)a)->h, y = ((const slot_of *)b)->h;
+    return (x > y) - (x < y);
+}
+
+static uint32_t find_slot(const slot_of *map, size_t n, uint32_t h) {
+    slot_of key = {h, 0};
+    const slot_of *hit = bsearch(&key, map, n, sizeof *map, by_handle);
+    return hit ? hit->slot : NO_SLOT;
+}
+
+/* A leaf of the batched program: no children, data given. */
+static int is_leaf(const pg_node *n) {
+    return n->op == PG_OP_LEAF || (n->op == PG_OP_CUSTOM && n->kid[0] == 0);
+}
+
+/* Nodes whose value or gradient lives in Python can't run in C. */
+static int runnable(const pg_node *n) {
+    return is_leaf(n) || !((n->flags & PG_F_PY_BACKWARD) || n->op == PG_OP_FUNCTION ||
+                           n->op == PG_OP_CUSTOM);
+}
+
+#define ALLOC(ptr, count) \
+    (((ptr) = calloc((size_t)(count) > 0 ? (size_t)(count) : 1, sizeof *(ptr))) != NULL)
+
+/* Lay out slots (order is newest first); *bad names a node that can't run. */
+static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t *inputs,
+                       const uint32_t *outputs, uint32_t *bad) {
+    slot_of *map = NULL;
+    int32_t *col = NULL;      /* per slot: its input column, or -1 */
+    uint32_t *uses = NULL;    /* per slot: edges to it (+2 for an output) */
+    uint32_t *shared_of = NULL;
+    int32_t rc = 0;
+    if (!(ALLOC(map, n) && ALLOC(col, n) && ALLOC(uses, n) && ALLOC(shared_of, n)))
+        rc = PG_E_NOMEM;
+    for (size_t s = 0; rc == 0 && s < n; s++) {
+        map[s] = (slot_of){order[n - 1 - s], (uint32_t)s};
+        col[s] = -1;
+    }
+    if (rc == 0) qsort(map, n, sizeof *map, by_handle);
+    for (uint32_t c = 0; rc == 0 && c < b->ninputs; c++) {
+        uint32_t s = find_slot(map, n, inputs[c]);
+        b->input_slot[c] = s;
+        if (s == NO_SLOT) continue;                 /* an input the outputs don't use */
+        if (pg_N(inputs[c])->op != PG_OP_LEAF || col[s] >= 0) {
+            *bad = inputs[c];
+            rc = PG_E_ARG;
+        } else {
+            col[s] = (int32_t)c;
+        }
+    }
+
+    size_t edges = 0;
+    for (size_t s = 0; rc == 0 && s < n; s++) {
+        const pg_node *node = pg_N(order[n - 1 - s]);
+        if (!runnable(node)) {
+            *bad = order[n - 1 - s];
+            rc = PG_E_ARG;
+        } else if (!is_leaf(node)) {
+            const uint32_t *kids;
+            uint32_t nk = pg_children(node, &kids);
+            for (uint32_t e = 0; e < nk; e++) uses[find_slot(map, n, kids[e])]++;
+            edges += nk;
+        }
+    }
+    for (uint32_t o = 0; rc == 0 && o < b->nout; o++) uses[find_slot(map, n, outputs[o])] += 2;
+
+    /* Shared leaves: one value of data; a grad summed in place (used once)
+     * or per row, then summed after each block (used more than once). */
+    uint32_t nsummed = 0, nzero = 0;
+    for (size_t s = 0; rc == 0 && s < n; s++) {
+        int leaf = is_leaf(pg_N(order[n - 1 - s]));
+        if (leaf && col[s] < 0) {
+            shared_of[s] = b->nshared++;
+            if (uses[s] != 1) nsummed++;
+        }
+        if (!(leaf && col[s] < 0 && uses[s] == 1)) nzero++;
+    }
+
+    if (rc == 0) {
+        size_t per_row = (size_t)n * 2 * sizeof(double);
+        size_t block = BLOCK_BYTES / (per_row ? per_row : 1);
+        b->block = block < 1 ? 1 : block > MAX_BLOCK ? MAX_BLOCK : block;
+        /* Not a power of two: slots a power of two apart would fall into
+         * the same cache sets, and a sweep touches hundreds of them. */
+        b->stride = b->block + 8;
+        if (!(ALLOC(b->op, n) && ALLOC(b->variant, n) && ALLOC(b->k, n) && ALLOC(b->nk, n) &&
+              ALLOC(b->first_edge, n) && ALLOC(b->x, edges) && ALLOC(b->xs, edges) &&
+              ALLOC(b->gx, edges) && ALLOC(b->gxs, edges) && ALLOC(b->zero_slot, nzero) &&
+              ALLOC(b->summed, nsummed) && ALLOC(b->summed_into, nsummed) && ALLOC(b->shared_node, b->nshared) &&
+              ALLOC(b->shared_data, b->nshared) && ALLOC(b->shared_grad, b->nshared) &&
+              ALLOC(b->data, n * b->stride) && ALLOC(b->grad, n * b->stride) &&
+              ALLOC(b->tmp, b->block)))
+            rc = PG_E_NOMEM;
+    }
+
+    for (size_t s = 0; rc == 0 && s < n; s++) {
+        uint32_t h = order[n - 1 - s];
+        const pg_node *node = pg_N(h);
+        b->op[s] = node->op;
+        b->variant[s] = node->variant;
+        b->k[s] = node->aux.k;
+        int shared = is_leaf(node) && col[s] < 0;
+        if (!(shared && uses[s] == 1)) b->zero_slot[b->nzero++] = (uint32_t)s;
+        if (shared) {
+            b->shared_node[shared_of[s]] = h;
+            if (uses[s] != 1) {
+                b->summed_into[b->nsummed] = &b->shared_grad[shared_of[s]];
+                b->summed[b->nsummed++] = (uint32_t)s;
+            }
+        }
+        if (is_leaf(node)) {
+            b->op[s] = PG_OP_LEAF;
+            continue;
+        }
+        const uint32_t *kids;
+        uint32_t nk = pg_children(node, &kids);
+        b->nk[s] = nk;
+    }
+    edges = 0;
+    for (size_t s = 0; rc == 0 && s < n; s++) {
+        if (b->op[s] == PG_OP_LEAF) continue;
+        const uint32_t *kids;
+        uint32_t nk = pg_children(pg_N(order[n - 1 - s]), &kids);
+        b->first_edge[s] = (uint32_t)edges;
+        for (uint32_t e = 0; e < nk; e++, edges++) {
+            uint32_t c = find_slot(map, n, kids[e]);
+            int shared = b->op[c] == PG_OP_LEAF && col[c] < 0;
+            int direct = shared && uses[c] == 1;
+            b->x[edges] = shared ? &b->shared_data[shared_of[c]] : b->data + c * b->stride;
+            b->xs[edges] = shared ? 0 : 1;
+            b->gx[edges] = direct ? &b->shared_grad[shared_of[c]] : b->grad + c * b->stride;
+            b->gxs[edges] = direct ? 0 : 1;
+        }
+    }
+    for (uint32_t o = 0; rc == 0 && o < b->nout; o++) {
+        uint32_t c = find_slot(map, n, outputs[o]);
+        int shared = b->op[c] == PG_OP_LEAF && col[c] < 0;
+        b->out_x[o] = shared ? &b->shared_data[shared_of[c]] : b->data + c * b->stride;
+        b->out_xs[o] = shared ? 0 : 1;
+        b->out_slot[o] = c;
+    }
+    b->nslots = (uint32_t)n;
+    free(shared_of);
+    free(uses);
+    free(col);
+    free(map);
+    return rc;
+}
+
+int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t *inputs,
+                         uint32_t ninputs, pg_batch *p, uint32_t *bad) {
+    pg_batch_clear(p);
+    *bad = 0;
+    if (nout == 0) return PG_E_ARG;
+    uint32_t *order;
+    size_t n;
+    int32_t rc = pg_record_order(outputs, nout, &order, &n);
+    if (rc < 0) return rc;
+    if (n >= NO_SLOT) {
+        free(order);
+        return PG_E_ARG;
+    }
+    batch *b = calloc(1, sizeof *b);
+    if (b == NULL || !ALLOC(b->input_slot, ninputs) || !ALLOC(b->out_slot, nout) ||
+        !ALLOC(b->out_x, nout) || !ALLOC(b->out_xs, nout)) {
+        batch_free(b);
+        free(order);
+        return PG_E_NOMEM;
+    }
+    b->ninputs = ninputs;
+    b->nout = nout;
+    pg_lock();        /* inputs may name dead nodes: check them with the nodes still there */
+    for (uint32_t c = 0; c < ninputs && rc == 0; c++)
+        if (!pg_handle_valid(inputs[c])) {
+            *bad = inputs[c];
+            rc = PG_E_ARG;
+        }
+    pg_unlock();
+    if (rc == 0) rc = lay_out(b, order, n, inputs, outputs, bad);
+    free(order);
+    if (rc < 0) {
+        batch_free(b);
+        return rc;
+    }
+    p->impl = b;
+    return 0;
+}
+
+static void run_block(batch *b, const double *rows, size_t m, double *out, const double *w) {
+    const size_t B = b->stride;
+    for (uint32_t c = 0; c < b->ninputs; c++) {
+        uint32_t s = b->input_slot[c];
+        if (s == NO_SLOT) continue;
+        double *d = b->data + (size_t)s * B;
+        for (size_t i = 0; i < m; i++) d[i] = rows[i * b->ninputs + c];
+    }
+    pg_rows r;
+    r.n = m;
+    r.tmp = b->tmp;
+    for (uint32_t s = 0; s < b->nslots; s++) {
+        if (b->op[s] == PG_OP_LEAF) continue;
+        uint32_t e = b->first_edge[s];
+        r.k = b->k[s];
+        r.nk = b->nk[s];
+        r.variant = b->variant[s];
+        r.y = b->data + (size_t)s * B;
+        r.gy = b->grad + (size_t)s * B;
+        r.x = b->x + e;
+        r.xs = b->xs + e;
+        r.gx = b->gx + e;
+        r.gxs = b->gxs + e;
+        pg_row_rules[b->op[s]].forward(&r);
+    }
+    for (uint32_t j = 0; j < b->nout; j++)
+        for (size_t i = 0; i < m; i++) out[i * b->nout + j] = b->out_x[j][i * b->out_xs[j]];
+    if (w == NULL) return;
+
+    for (uint32_t z = 0; z < b->nzero; z++)
+        memset(b->grad + (size_t)b->zero_slot[z] * B, 0, m * sizeof(double));
+    for (uint32_t j = 0; j < b->nout; j++) {
+        double *g = b->grad + (size_t)b->out_slot[j] * B;
+        for (size_t i = 0; i < m; i++) g[i] += w[i * b->nout + j];
+    }
+    for (uint32_t s = b->nslots; s-- > 0;) {
+        if (b->op[s] == PG_OP_LEAF) continue;
+        uint32_t e = b->first_edge[s];
+        r.k = b->k[s];
+        r.nk = b->nk[s];
+        r.variant = b->variant[s];
+        r.y = b->data + (size_t)s * B;
+        r.gy = b->grad + (size_t)s * B;
+        r.x = b->x + e;
+        r.xs = b->xs + e;
+        r.gx = b->gx + e;
+        r.gxs = b->gxs + e;
+        pg_row_rules[b->op[s]].backward(&r);
+    }
+    /* A leaf used more than once: its row's contributions were summed per
+     * row; add those in row order.  Eight leaves at a time, rows outer, so
+     * the adds don't wait on one another. */
+    for (uint32_t j0 = 0; j0 < b->nsummed; j0 += 8) {
+        uint32_t nj = b->nsummed - j0 < 8 ? b->nsummed - j0 : 8;
+        const double *g[8];
+        double acc[8];
+        double *into[8];
+        for (uint32_t j = 0; j < nj; j++) {
+            g[j] = b->grad + (size_t)b->summed[j0 + j] * B;
+            into[j] = b->summed_into[j0 + j];
+            acc[j] = *into[j];
+        }
+        for (size_t i = 0; i < m; i++)
+            for (uint32_t j = 0; j < nj; j++) acc[j] = acc[j] + g[j][i];
+        for (uint32_t j = 0; j < nj; j++) *into[j] = acc[j];
+    }
+}
+
+int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, const double *w) {
+    batch *b = p->impl;
+    if (b == NULL) return PG_E_ARG;
+    for (uint32_t j = 0; j < b->nshared; j++) {
+        const pg_node *node = pg_N(b->shared_node[j]);
+        b->shared_data[j] = node->data;
+        b->shared_grad[j] = node->grad;
+    }
+    for (size_t r0 = 0; r0 < n; r0 += b->block) {
+        size_t m = n - r0 < b->block ? n - r0 : b->block;
+        run_block(b, rows + r0 * b->ninputs, m, out + r0 * b->nout, w ? w + r0 * b->nout : NULL);
+    }
+    if (w != NULL)
+        for (uint32_t j = 0; j < b->nshared; j++) pg_N(b->shared_node[j])->grad = b->shared_grad[j];
+    return 0;
+}
+
+uint32_t pg_batch_slots(const pg_batch *p) {
+    const batch *b = p->impl;
+    return b ? b->nslots : 0;
+}
