@@ -14,6 +14,8 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
+from . import _backend
+
 __all__ = ["make_moons", "make_spiral", "make_xor", "to_values", "signed_labels"]
 
 Dataset = Tuple[np.ndarray, np.ndarray]
@@ -125,7 +127,7 @@ def to_values(X: Any, value_type: Optional[Callable[[float], Any]] = None) -> Li
         raise ValueError(f"to_values needs a 2-D array (rows of features), got {arr.ndim}-D "
                          f"with shape {arr.shape}")
     if value_type is None:
-        from .engine import Value as value_type
+        value_type = _backend.DEFAULT.Value
     return [[value_type(x) for x in row] for row in arr.tolist()]
 
 

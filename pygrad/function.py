@@ -22,8 +22,7 @@ On reference Values, ``apply`` builds the same node with a Python backward.
 """
 from typing import Any, Tuple
 
-from . import engine
-from ._core import ffi
+from ._backend import backend_of
 from ._numbers import real_or_none, to_real
 
 __all__ = ["Function", "Context"]
@@ -55,8 +54,8 @@ class Function:
         """Run the op on Values (numbers become constant leaves)."""
         if not inputs:
             raise ValueError(f"{cls.__name__}.apply needs at least one input")
-        from . import reference
-        V = reference.Value if any(isinstance(v, reference.Value) for v in inputs) else engine.Value
+        backend = backend_of(inputs, f"{cls.__name__}.apply inputs")
+        V = backend.Value
         values = []
         for v in inputs:
             if not isinstance(v, V):
@@ -71,15 +70,5 @@ class Function:
         if not isinstance(partials, (tuple, list)) or len(partials) != len(values):
             raise ValueError(f"{cls.__name__}.backward must return {len(values)} grads "
                              f"(one per input), got {partials!r}")
-        partials = [to_real(p, f"{cls.__name__}.backward's grads") for p in partials]
-        if V is engine.Value:
-            kids = ffi.new("uint32_t[]", [v._h for v in values])
-            return engine._make_function(data, kids, ffi.new("double[]", partials), len(values),
-                                         cls.__name__, tuple(values))
-        out = V(data, tuple(values), cls.__name__)
-
-        def _backward() -> None:
-            for v, p in zip(values, partials):
-                v.grad += p * out.grad
-        out._backward = _backward
-        return out
+        grads = [to_real(p, f"{cls.__name__}.backward's grads") for p in partials]
+        return backend.make_function(cls.__name__, data, values, grads)

@@ -3,7 +3,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence
 
-from . import engine
+from . import _backend
 from ._numbers import is_value, to_real, to_setting
 
 __all__ = ["gradcheck", "GradcheckResult"]
@@ -39,7 +39,7 @@ def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
     ``(f(x + eps) - f(x - eps)) / (2 eps)``; it passes when
     ``|analytic - numeric| <= atol + rtol * |numeric|`` for every input.
     ``value_type`` picks the engine (default: pygrad.Value)."""
-    V = value_type or engine.Value
+    V = value_type or _backend.DEFAULT.Value
     if not callable(f):
         raise TypeError(f"gradcheck's f must be callable, not {type(f).__name__}")
     if isinstance(inputs, (str, bytes)) or not hasattr(inputs, "__iter__"):

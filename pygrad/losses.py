@@ -13,20 +13,16 @@ come from the engine the Values belong to).
 import operator
 from typing import Any, Iterable, List, Optional, Sequence
 
-from . import engine, functional, reference
+from ._backend import backend_of
 from ._numbers import is_value, to_real
 
 __all__ = ["mse", "svm_hinge", "bce_with_logits", "softmax_cross_entropy"]
 
 
-def _ops(v: Any) -> Any:
-    return functional if isinstance(v, engine.Value) else reference
-
-
 def _mean(terms: List[Any]) -> Any:
     if not terms:
         raise ValueError("loss of an empty batch")
-    return _ops(terms[0]).sum(terms) * (1.0 / len(terms))
+    return backend_of(terms, "a loss's terms").sum(terms) * (1.0 / len(terms))
 
 
 def _pairs(a: Sequence[Any], b: Sequence[Any], what: str) -> List[Any]:
@@ -55,7 +51,7 @@ def svm_hinge(scores: Sequence[Any], labels: Sequence[Any], params: Optional[Ite
     if params is not None:
         ps = list(params)
         if ps:
-            loss = loss + alpha * _ops(ps[0]).sum([p * p for p in ps])
+            loss = loss + alpha * backend_of(ps, "svm_hinge params").sum([p * p for p in ps])
     return loss
 
 
@@ -89,4 +85,4 @@ def softmax_cross_entropy(logits: Sequence[Any], target: Any) -> Any:
         raise TypeError(f"target must be an integer class index, not {type(target).__name__}") from None
     if isinstance(target, bool) or not 0 <= index < len(logits):
         raise ValueError(f"target must be a class index in [0, {len(logits)}), not {target!r}")
-    return _ops(logits[0]).logsumexp(logits) - logits[index]
+    return backend_of(logits, "softmax_cross_entropy logits").logsumexp(logits) - logits[index]

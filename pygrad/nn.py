@@ -18,29 +18,14 @@ Parameters are the Value objects made at construction: change them through
 a neuron, since layers cache their parameters' handles.
 """
 import random
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from . import engine as _engine
-from . import functional as _functional
-from . import reference as _reference
-from ._core import ffi, lib
+from ._backend import Backend, backend_named, backend_of
 from ._numbers import to_size
 
 __all__ = ["Module", "Neuron", "Layer", "MLP"]
-
-_ENGINES = {"c": (_engine.Value, _functional.dot), "reference": (_reference.Value, _reference.dot)}
-
-
-def _engine_of(name: str) -> Any:
-    if name not in _ENGINES:
-        raise ValueError(f"engine must be 'c' or 'reference', not {name!r}")
-    return _ENGINES[name]
-
-
-def _handles(values: Sequence[Any]) -> Any:
-    return ffi.new("uint32_t[]", [v._h for v in values])
 
 
 class Module:
@@ -50,53 +35,35 @@ class Module:
     def parameters(self) -> List[Any]:
         return []
 
-    def _c_params(self) -> Optional[Any]:
-        """The parameters' C handles, if they are C Values."""
+    def _bulk(self) -> Tuple[Backend, Any]:
+        """The parameters' backend and their packed list, for its bulk
+        operations (one C call each on the C engine)."""
         params = self.parameters()
-        if params and all(isinstance(p, _engine.Value) for p in params):
-            return _handles(params)
-        return None
+        backend = backend_of(params, allow_mixed=True)
+        return backend, backend.pack(params)
 
     def zero_grad(self) -> None:
         """Set every parameter's grad to 0 (one C call on the C engine)."""
-        params = self.parameters()
-        handles = self._c_params()
-        if handles is not None:
-            lib.pg_fill_grad(handles, len(params), 0.0)
-        else:
-            for p in params:
-                p.grad = 0.0
+        backend, packed = self._bulk()
+        backend.fill_grad(packed, 0.0)
 
     def get_data(self) -> np.ndarray:
         """Every parameter's data, in ``parameters()`` order."""
-        return self._gather(lib.pg_gather_data, "data")
+        backend, packed = self._bulk()
+        return backend.gather_data(packed)
 
     def get_grad(self) -> np.ndarray:
         """Every parameter's grad, in ``parameters()`` order."""
-        return self._gather(lib.pg_gather_grad, "grad")
+        backend, packed = self._bulk()
+        return backend.gather_grad(packed)
 
     def set_data(self, values: Any) -> None:
         """Set every parameter's data from a 1-d array (``get_data()`` order)."""
-        params = self.parameters()
+        backend, packed = self._bulk()
         arr = np.ascontiguousarray(values, dtype=np.float64)
-        if arr.shape != (len(params),):
-            raise ValueError(f"set_data needs shape ({len(params)},), got {arr.shape}")
-        handles = self._c_params()
-        if handles is not None:
-            lib.pg_scatter_data(handles, len(params), ffi.from_buffer("double[]", arr))
-        else:
-            for p, x in zip(params, arr.tolist()):
-                p.data = x
-
-    def _gather(self, c_fn: Any, field: str) -> np.ndarray:
-        params = self.parameters()
-        out = np.empty(len(params), dtype=np.float64)
-        handles = self._c_params()
-        if handles is not None:
-            c_fn(handles, len(params), ffi.from_buffer("double[]", out))
-        else:
-            out[:] = [getattr(p, field) for p in params]
-        return out
+        if arr.shape != (len(packed),):
+            raise ValueError(f"set_data needs shape ({len(packed)},), got {arr.shape}")
+        backend.scatter_data(packed, arr)
 
     def state_dict(self) -> Dict[str, np.ndarray]:
         """``{'parameters': array}`` plus the shape of the model, for
@@ -128,10 +95,16 @@ class Module:
 class Neuron(Module):
     """``act(w·x + b)``; ReLU when ``nonlin`` (micrograd's only one)."""
 
-    def __init__(self, nin: int, nonlin: bool = True, fused: bool = True,
+    def __init__(self, nin: int, nonlin: bool = True, *, fused: bool = True,
                  engine: str = "c") -> None:
+        """``nin`` weights drawn with ``random.uniform(-1, 1)``, bias 0.
+
+        ``nonlin``: ReLU (micrograd's); ``fused``: one fused node per call
+        rather than micrograd's op-by-op graph; ``engine``: ``'c'`` or
+        ``'reference'`` (ValueError otherwise)."""
         nin = to_size(nin, "nin")
-        Value, self._dot = _engine_of(engine)
+        self._backend = backend_named(engine)
+        Value = self._backend.Value
         self.w = [Value(random.uniform(-1, 1)) for _ in range(nin)]
         self.b = Value(0)
         self.nonlin = nonlin
@@ -139,7 +112,7 @@ class Neuron(Module):
 
     def __call__(self, x: Sequence[Any]) -> Any:
         if self.fused:
-            return self._dot(self.w, x, self.b, "relu" if self.nonlin else None)
+            return self._backend.dot(self.w, x, self.b, "relu" if self.nonlin else None)
         act = sum((wi * xi for wi, xi in zip(self.w, x)), self.b)
         return act.relu() if self.nonlin else act
 
@@ -154,32 +127,29 @@ class Layer(Module):
     """``nout`` neurons over the same inputs; on the C engine, fused, the
     whole layer is one C call."""
 
-    def __init__(self, nin: int, nout: int, **kwargs: Any) -> None:
-        self.neurons = [Neuron(nin, **kwargs) for _ in range(to_size(nout, "nout"))]
+    def __init__(self, nin: int, nout: int, *, nonlin: bool = True, fused: bool = True,
+                 engine: str = "c") -> None:
+        """``nout`` ``Neuron(nin, nonlin, fused=fused, engine=engine)``."""
+        self.neurons = [Neuron(nin, nonlin, fused=fused, engine=engine)
+                        for _ in range(to_size(nout, "nout"))]
         self._param_handles: Any = None
         self._param_values: List[Any] = []
 
     def __call__(self, x: Sequence[Any]) -> Any:
         n0 = self.neurons[0]
-        if n0.fused and isinstance(n0.b, _engine.Value) and len(self.neurons) <= lib.PG_SEG_NODES:
-            out = self._fused_c(x)
+        backend = n0._backend
+        if n0.fused and backend.fuses_layers(len(self.neurons)):
+            if self._param_handles is None:
+                # The Values are kept with their packed form, so that the
+                # nodes stay alive even if a neuron's list is changed behind
+                # the cache.
+                self._param_values = [p for n in self.neurons for p in [n.b] + n.w]
+                self._param_handles = backend.pack(self._param_values)
+            out = backend.fused_layer(self._param_handles, self._param_values, x, len(n0.w),
+                                      len(self.neurons), n0.nonlin)
         else:
             out = [n(x) for n in self.neurons]
         return out[0] if len(out) == 1 else out
-
-    def _fused_c(self, x: Sequence[Any]) -> List[Any]:
-        if self._param_handles is None:
-            # The Values are kept with their handles, so that the nodes stay
-            # alive even if a neuron's list is changed behind the cache.
-            self._param_values = [p for n in self.neurons for p in [n.b] + n.w]
-            self._param_handles = _handles(self._param_values)
-        xs = [v if isinstance(v, _engine.Value) else _engine.Value(v) for v in x]
-        nin = len(self.neurons[0].w)
-        if len(xs) != nin:
-            raise ValueError(f"layer expects {nin} inputs, got {len(xs)}")
-        act = lib.PG_ACT_RELU if self.neurons[0].nonlin else lib.PG_ACT_NONE
-        return _engine._make_layer(act, self._param_handles, _handles(xs), nin, len(self.neurons),
-                                  self._param_values, xs)
 
     def parameters(self) -> List[Any]:
         return [p for n in self.neurons for p in n.parameters()]
@@ -198,18 +168,19 @@ class Layer(Module):
 class MLP(Module):
     """Layers of sizes ``[nin] + nouts``; ReLU on all but the last."""
 
-    def __init__(self, nin: int, nouts: Sequence[int], **kwargs: Any) -> None:
+    def __init__(self, nin: int, nouts: Sequence[int], *, fused: bool = True,
+                 engine: str = "c") -> None:
+        """``Layer``s of sizes ``[nin] + list(nouts)``, each with ``fused``
+        and ``engine``; ``nonlin`` on every layer but the last."""
         if isinstance(nouts, (str, bytes)) or not hasattr(nouts, "__iter__"):
             raise TypeError(f"MLP nouts must be a list of layer sizes, not {nouts!r}")
         sz = [to_size(nin, "nin")] + [to_size(n, "each of nouts") for n in nouts]
         if len(sz) < 2:
             raise ValueError("MLP nouts must name at least one layer")
-        self.layers = [Layer(sz[i], sz[i + 1], nonlin=i != len(nouts) - 1, **kwargs)
+        self.layers = [Layer(sz[i], sz[i + 1], nonlin=i != len(nouts) - 1, fused=fused,
+                             engine=engine)
                        for i in range(len(nouts))]
-        # New graph nodes start in a fresh segment, so that these long-lived
-        # parameters don't share (and pin) a segment with training graphs.
-        if kwargs.get("engine", "c") == "c":
-            _engine._end_segment()
+        backend_named(engine).parameters_made()
 
     def __call__(self, x: Sequence[Any]) -> Any:
         for layer in self.layers:
@@ -224,5 +195,3 @@ class MLP(Module):
 
     def __repr__(self) -> str:
         return f"MLP of [{', '.join(str(layer) for layer in self.layers)}]"
-
-

@@ -9,14 +9,12 @@ Adam: g as above;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;
 ``lr`` is a number or a schedule: a callable of the step number (0 for the
 first ``step()``) returning the learning rate.
 """
-import math
-from typing import Any, Callable, Iterable, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Tuple, Union
 
 import numpy as np
 
-from . import engine
-from ._core import ffi, lib
-from ._numbers import is_value, to_real, to_setting
+from ._backend import backend_of
+from ._numbers import is_value, to_setting
 
 __all__ = ["Optimizer", "SGD", "Adam"]
 
@@ -25,6 +23,9 @@ LearningRate = Union[float, Callable[[int], float]]
 
 class Optimizer:
     """Holds the parameters, their C handles and per-parameter state."""
+
+    # The per-parameter state arrays (attribute names) the steps update.
+    _STATE: Tuple[str, ...] = ()
 
     def __init__(self, params: Iterable[Any], lr: LearningRate) -> None:
         if hasattr(params, "parameters") and not hasattr(params, "__iter__"):
@@ -43,21 +44,19 @@ class Optimizer:
         for p in self.params:
             if not is_value(p):
                 raise TypeError(f"optimizer parameters must be Values, not {type(p).__name__}: {p!r}")
-        is_c = [isinstance(p, engine.Value) for p in self.params]
-        if any(is_c) and not all(is_c):
-            raise TypeError("optimizer parameters must all come from the same engine: cannot "
-                            "mix pygrad.Values (C engine) with Values of another engine")
-        self._handles = (ffi.new("uint32_t[]", [p._h for p in self.params])
-                         if all(is_c) else None)
+        self._backend = backend_of(self.params, what="optimizer parameters")
+        self._packed = self._backend.pack(self._params)
+        self._views: Dict[str, Any] = {}
 
     @property
     def params(self) -> Tuple[Any, ...]:
         """The parameters, fixed at construction."""
         return self._params
 
-    def _state(self) -> Tuple[np.ndarray, Any]:
-        arr = np.zeros(len(self.params), dtype=np.float64)
-        return arr, ffi.from_buffer("double[]", arr)
+    def _view_state(self) -> None:
+        """View the ``_STATE`` arrays as the backend's steps take them (made
+        once: the steps write into these very arrays)."""
+        self._views = {k: self._backend.buffer(getattr(self, k)) for k in self._STATE}
 
     def current_lr(self) -> float:
         """The learning rate the next ``step()`` uses."""
@@ -65,11 +64,7 @@ class Optimizer:
 
     def zero_grad(self) -> None:
         """Set every parameter's grad to 0."""
-        if self._handles is not None:
-            lib.pg_fill_grad(self._handles, len(self.params), 0.0)
-        else:
-            for p in self.params:
-                p.grad = 0.0
+        self._backend.fill_grad(self._packed, 0.0)
 
     def step(self) -> None:
         """Update every parameter from its grad."""
@@ -87,54 +82,43 @@ class Optimizer:
         return (f"{type(self).__name__}({len(self.params)} params, lr={lr}{self._settings()}, "
                 f"steps={self.steps})")
 
-    # Copies and pickles: C handles and buffers are remade from the
-    # parameters and the numpy state (``_X_c`` views ``X``).
+    # Copies and pickles: the packed parameters and the state's views are
+    # remade from the parameters and the numpy state.
     def __getstate__(self) -> Any:
-        state = {k: v for k, v in self.__dict__.items() if not isinstance(v, ffi.CData)}
-        state["_views"] = [k for k, v in self.__dict__.items()
-                           if isinstance(v, ffi.CData) and k != "_handles"]
-        return state
+        return {k: v for k, v in self.__dict__.items() if k not in ("_packed", "_views")}
 
     def __setstate__(self, state: Any) -> None:
-        views = state.pop("_views")
         self.__dict__.update(state)
-        is_c = all(isinstance(p, engine.Value) for p in self._params)
-        self._handles = ffi.new("uint32_t[]", [p._h for p in self._params]) if is_c else None
-        for k in views:
-            setattr(self, k, ffi.from_buffer("double[]", getattr(self, k[1:-2])))
+        self._packed = self._backend.pack(self._params)
+        self._view_state()
 
 
 class SGD(Optimizer):
     """Stochastic gradient descent with optional momentum and weight decay;
     with neither it is micrograd's ``p.data -= lr * p.grad``."""
 
+    _STATE = ("velocity",)
+
     def __init__(self, params: Iterable[Any], lr: LearningRate = 0.01, momentum: float = 0.0,
                  weight_decay: float = 0.0) -> None:
         super().__init__(params, lr)
         self.momentum = to_setting(momentum, "momentum")
         self.weight_decay = to_setting(weight_decay, "weight_decay")
-        self.velocity, self._velocity_c = self._state()
+        self.velocity = np.zeros(len(self.params), dtype=np.float64)
+        self._view_state()
 
     def _settings(self) -> str:
         return f", momentum={self.momentum}, weight_decay={self.weight_decay}"
 
     def _step(self, lr: float) -> None:
-        if self._handles is not None:
-            lib.pg_sgd_step(self._handles, len(self.params), lr, self.momentum,
-                            self.weight_decay, self._velocity_c)
-            return
-        for i, p in enumerate(self.params):
-            g = p.grad
-            if self.weight_decay != 0.0:
-                g = g + self.weight_decay * p.data
-            if self.momentum != 0.0:
-                self.velocity[i] = self.momentum * float(self.velocity[i]) + g
-                g = float(self.velocity[i])
-            p.data = p.data - lr * g
+        self._backend.sgd_step(self._packed, lr, self.momentum, self.weight_decay,
+                               self._views["velocity"])
 
 
 class Adam(Optimizer):
     """Adam (Kingma & Ba, 2015) with optional (L2) weight decay."""
+
+    _STATE = ("m", "v")
 
     def __init__(self, params: Iterable[Any], lr: LearningRate = 0.001,
                  betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
@@ -147,8 +131,9 @@ class Adam(Optimizer):
         if self.eps == 0.0:
             raise ValueError("eps must be > 0")
         self.weight_decay = to_setting(weight_decay, "weight_decay")
-        self.m, self._m_c = self._state()
-        self.v, self._v_c = self._state()
+        self.m = np.zeros(len(self.params), dtype=np.float64)
+        self.v = np.zeros(len(self.params), dtype=np.float64)
+        self._view_state()
 
     def _settings(self) -> str:
         return (f", betas=({self.beta1}, {self.beta2}), eps={self.eps}, "
@@ -157,16 +142,5 @@ class Adam(Optimizer):
     def _step(self, lr: float) -> None:
         t = self.steps + 1
         bias1, bias2 = 1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t
-        if self._handles is not None:
-            lib.pg_adam_step(self._handles, len(self.params), lr, self.beta1, self.beta2,
-                             self.eps, self.weight_decay, bias1, bias2, self._m_c, self._v_c)
-            return
-        b1, b2 = self.beta1, self.beta2
-        for i, p in enumerate(self.params):
-            g = p.grad
-            if self.weight_decay != 0.0:
-                g = g + self.weight_decay * p.data
-            m = b1 * float(self.m[i]) + (1.0 - b1) * g
-            v = b2 * float(self.v[i]) + (1.0 - b2) * (g * g)
-            self.m[i], self.v[i] = m, v
-            p.data = p.data - lr * (m / bias1) / (math.sqrt(v / bias2) + self.eps)
+        self._backend.adam_step(self._packed, lr, self.beta1, self.beta2, self.eps,
+                                self.weight_decay, bias1, bias2, self._views["m"], self._views["v"])

@@ -1,0 +1,248 @@
+"""The one place that decides which engine a call runs on.
+
+pygrad has two engines: the C core (``pygrad.Value``) and the pure-Python
+reference (``pygrad.reference.Value``, the tests' oracle).  The modules built
+on Values (nn, optim, losses, function, gradcheck, data) never test a
+Value's class themselves: they ask ``backend_of(values)`` (or
+``backend_named('c' | 'reference')``) for a ``Backend`` and call it.
+
+A backend holds the engine's Value class and fused ops, the bulk operations
+over a list of its Values (fill, gather and scatter of data and grads, the
+optimizer steps), and the hooks that build fused layers and custom-op
+nodes.  On the C engine each bulk operation is one C call over the Values'
+handles; the reference backend's are plain Python loops over ``.data`` and
+``.grad``, written once here, so they also serve micrograd's Values.
+"""
+import math
+from typing import Any, Iterable, List, Optional, Sequence
+
+import numpy as np
+
+from . import engine as _engine
+from . import functional as _functional
+from . import reference as _reference
+from ._core import ffi, lib
+from ._numbers import is_value
+
+__all__ = ["Backend", "C", "REFERENCE", "DEFAULT", "backend_of", "backend_named"]
+
+
+class Backend:
+    """An engine: its ``Value`` class, its fused ``dot`` / ``sum`` /
+    ``logsumexp``, and bulk operations over ``pack(values)``.
+
+    This class is the reference engine: its bulk operations are Python loops
+    that only read and write ``.data`` and ``.grad``, so they work on any
+    micrograd-compatible Values.  The C engine overrides them with C calls.
+    """
+
+    __slots__ = ("name", "Value", "dot", "sum", "logsumexp")
+
+    #: Whether ``pack`` makes C handles (bulk operations are single C calls).
+    has_handles = False
+
+    def __init__(self, name: str, value: type, dot: Any, sum_: Any, logsumexp: Any) -> None:
+        self.name = name
+        self.Value = value
+        self.dot = dot
+        self.sum = sum_
+        self.logsumexp = logsumexp
+
+    def __repr__(self) -> str:
+        return f"<pygrad backend {self.name!r}>"
+
+    # One object per engine, also through copies and pickles of the models
+    # and optimizers that hold it.
+    def __reduce__(self) -> Any:
+        return (backend_named, (self.name,))
+
+    # -- bulk operations over a packed list of Values -------------------------
+
+    def pack(self, values: Iterable[Any]) -> Any:
+        """``values`` in the form the bulk operations take (keep it to reuse)."""
+        return tuple(values)
+
+    def buffer(self, arr: np.ndarray) -> Any:
+        """A float64 array as the bulk operations take per-parameter state
+        (made once per array: it must stay the array it was made from)."""
+        return arr
+
+    def fill_grad(self, packed: Any, x: float) -> None:
+        """Set every Value's grad to ``x``."""
+        for p in packed:
+            p.grad = x
+
+    def gather_data(self, packed: Any) -> np.ndarray:
+        """Every Value's data, as a new float64 array."""
+        out = np.empty(len(packed), dtype=np.float64)
+        out[:] = [p.data for p in packed]
+        return out
+
+    def gather_grad(self, packed: Any) -> np.ndarray:
+        """Every Value's grad, as a new float64 array."""
+        out = np.empty(len(packed), dtype=np.float64)
+        out[:] = [p.grad for p in packed]
+        return out
+
+    def scatter_data(self, packed: Any, arr: np.ndarray) -> None:
+        """Set every Value's data from a float64 array of the same length."""
+        for p, x in zip(packed, arr.tolist()):
+            p.data = x
+
+    def sgd_step(self, packed: Any, lr: float, momentum: float, weight_decay: float,
+                 velocity: Any) -> None:
+        """One SGD update (see ``pygrad.optim``); ``velocity`` from ``buffer``."""
+        for i, p in enumerate(packed):
+            g = p.grad
+            if weight_decay != 0.0:
+                g = g + weight_decay * p.data
+            if momentum != 0.0:
+                velocity[i] = momentum * float(velocity[i]) + g
+                g = float(velocity[i])
+            p.data = p.data - lr * g
+
+    def adam_step(self, packed: Any, lr: float, beta1: float, beta2: float, eps: float,
+                  weight_decay: float, bias1: float, bias2: float, m: Any, v: Any) -> None:
+        """One Adam update (see ``pygrad.optim``); ``m``, ``v`` from ``buffer``."""
+        for i, p in enumerate(packed):
+            g = p.grad
+            if weight_decay != 0.0:
+                g = g + weight_decay * p.data
+            mi = beta1 * float(m[i]) + (1.0 - beta1) * g
+            vi = beta2 * float(v[i]) + (1.0 - beta2) * (g * g)
+            m[i], v[i] = mi, vi
+            p.data = p.data - lr * (mi / bias1) / (math.sqrt(vi / bias2) + eps)
+
+    # -- building nodes ---------------------------------------------------------
+
+    def fuses_layers(self, nout: int) -> bool:
+        """Whether ``fused_layer`` can build a layer of ``nout`` neurons."""
+        return False
+
+    def fused_layer(self, packed_params: Any, params: Sequence[Any], x: Sequence[Any],
+                    nin: int, nout: int, nonlin: bool) -> List[Any]:
+        """``nout`` neurons over ``x`` in one call; ``params`` are each
+        neuron's bias then weights, ``packed_params`` their ``pack``."""
+        raise NotImplementedError(f"the {self.name} engine has no fused layers")
+
+    def make_function(self, name: str, data: float, values: Sequence[Any],
+                      partials: Sequence[float]) -> Any:
+        """A custom-op node (``pygrad.Function``) over ``values`` (of this
+        engine) whose gradient to each is ``partial * grad``."""
+        out = self.Value(data, tuple(values), name)
+
+        def _backward() -> None:
+            for v, p in zip(values, partials):
+                v.grad += p * out.grad
+        out._backward = _backward
+        return out
+
+    def parameters_made(self) -> None:
+        """Called when a model has made its (long-lived) parameters."""
+
+
+class _CBackend(Backend):
+    """The C engine: bulk operations are one C call over the Values' handles."""
+
+    __slots__ = ()
+    has_handles = True
+
+    def pack(self, values: Iterable[Any]) -> Any:
+        return ffi.new("uint32_t[]", [v._h for v in values])
+
+    def buffer(self, arr: np.ndarray) -> Any:
+        return ffi.from_buffer("double[]", arr)
+
+    def fill_grad(self, packed: Any, x: float) -> None:
+        lib.pg_fill_grad(packed, len(packed), x)
+
+    def gather_data(self, packed: Any) -> np.ndarray:
+        out = np.empty(len(packed), dtype=np.float64)
+        lib.pg_gather_data(packed, len(packed), ffi.from_buffer("double[]", out))
+        return out
+
+    def gather_grad(self, packed: Any) -> np.ndarray:
+        out = np.empty(len(packed), dtype=np.float64)
+        lib.pg_gather_grad(packed, len(packed), ffi.from_buffer("double[]", out))
+        return out
+
+    def scatter_data(self, packed: Any, arr: np.ndarray) -> None:
+        lib.pg_scatter_data(packed, len(packed), ffi.from_buffer("double[]", arr))
+
+    def sgd_step(self, packed: Any, lr: float, momentum: float, weight_decay: float,
+                 velocity: Any) -> None:
+        lib.pg_sgd_step(packed, len(packed), lr, momentum, weight_decay, velocity)
+
+    def adam_step(self, packed: Any, lr: float, beta1: float, beta2: float, eps: float,
+                  weight_decay: float, bias1: float, bias2: float, m: Any, v: Any) -> None:
+        lib.pg_adam_step(packed, len(packed), lr, beta1, beta2, eps, weight_decay, bias1, bias2,
+                         m, v)
+
+    def fuses_layers(self, nout: int) -> bool:
+        return nout <= lib.PG_SEG_NODES
+
+    def fused_layer(self, packed_params: Any, params: Sequence[Any], x: Sequence[Any],
+                    nin: int, nout: int, nonlin: bool) -> List[Any]:
+        V = self.Value
+        xs: List[Any] = [v if isinstance(v, V) else V(v) for v in x]
+        if len(xs) != nin:
+            raise ValueError(f"layer expects {nin} inputs, got {len(xs)}")
+        act = lib.PG_ACT_RELU if nonlin else lib.PG_ACT_NONE
+        return _engine._make_layer(act, packed_params, self.pack(xs), nin, nout, list(params),
+                                  xs)
+
+    def make_function(self, name: str, data: float, values: Sequence[Any],
+                      partials: Sequence[float]) -> Any:
+        return _engine._make_function(data, self.pack(values), ffi.new("double[]", list(partials)),
+                                      len(values), name, tuple(values))
+
+    def parameters_made(self) -> None:
+        # New graph nodes start in a fresh segment, so that the long-lived
+        # parameters don't share (and pin) a segment with training graphs.
+        _engine._end_segment()
+
+
+C: Backend = _CBackend("c", _engine.Value, _functional.dot, _functional.sum,
+                       _functional.logsumexp)
+REFERENCE: Backend = Backend("reference", _reference.Value, _reference.dot, _reference.sum,
+                             _reference.logsumexp)
+#: The engine of Values made from plain numbers.
+DEFAULT: Backend = C
+
+_BY_NAME = {"c": C, "reference": REFERENCE}
+
+
+def backend_named(name: str) -> Backend:
+    """The backend for ``engine='c'`` or ``engine='reference'``; ValueError
+    for any other name."""
+    if not isinstance(name, str) or name not in _BY_NAME:
+        raise ValueError(f"engine must be 'c' or 'reference', not {name!r}")
+    return _BY_NAME[name]
+
+
+def backend_of(values: Iterable[Any], what: str = "Values", allow_mixed: bool = False) -> Backend:
+    """The backend of the Values among ``values`` (anything else, such as
+    numbers, is left for the caller to check).
+
+    pygrad.Values give the C backend; other Values (reference or
+    micrograd-compatible) the reference backend, whose loops work on any of
+    them; no Values at all give ``DEFAULT``.  pygrad.Values together with
+    another engine's are a TypeError naming ``what`` or, with
+    ``allow_mixed``, the reference backend.
+    """
+    c = other = False
+    for v in values:
+        if isinstance(v, _engine.Value):
+            c = True
+        elif is_value(v):
+            other = True
+        else:
+            continue
+        if c and other:
+            if allow_mixed:
+                return REFERENCE
+            raise TypeError(f"{what} must all come from the same engine: cannot mix "
+                            f"pygrad.Values (C engine) with Values of another engine")
+    if c:
+        return C
+    return REFERENCE if other else DEFAULT
