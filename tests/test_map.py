@@ -1,0 +1,369 @@
+"""Program.map: one per-sample program run over many rows (csrc/batch.c).
+
+Every row's outputs must equal the eager graph's bit for bit; grads must be
+the per-row eager backward summed in row order (bit for bit when w is all
+ones and every leaf is used once, else within 1e-12 relative)."""
+import random
+import threading
+
+import numpy as np
+import pytest
+
+import pygrad
+from pygrad import Value, _ops, nn
+from pygrad.reference import Value as RefValue
+
+
+def bits(a):
+    return np.asarray(a, dtype=np.float64).view(np.int64)
+
+
+def assert_bitwise(got, want):
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    assert got.shape == want.shape
+    same = (bits(got) == bits(want)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), f"differ at {np.flatnonzero(~same)[:5]}: {got[~same][:5]} vs {want[~same][:5]}"
+
+
+def eager_rows(build, rows, n_inputs):
+    """Each row's outputs, from a graph built eagerly for that row."""
+    out = []
+    for row in rows:
+        res = build([Value(float(x)) for x in row[:n_inputs]])
+        res = res if isinstance(res, list) else [res]
+        out.append([v.data for v in res])
+    return np.array(out)
+
+
+def eager_grads(build, rows, params, w=None):
+    """sum_r w[r] * d out_r / d p, each row's backward() on its own graph
+    (w None: backward() row after row without zeroing, as map's order)."""
+    for p in params:
+        p.grad = 0.0
+    if w is None:
+        for row in rows:
+            build([Value(float(x)) for x in row]).backward()
+        return np.array([p.grad for p in params])
+    acc = np.zeros(len(params))
+    for row, wr in zip(rows, w):
+        for p in params:
+            p.grad = 0.0
+        build([Value(float(x)) for x in row]).backward()
+        acc = acc + wr * np.array([p.grad for p in params])
+    for p in params:
+        p.grad = 0.0
+    return acc
+
+
+def moons_setup(fused=True, seed=0):
+    random.seed(seed)
+    model = nn.MLP(2, [16, 16, 1], fused=fused)
+    rng = np.random.default_rng(seed)
+    XY = np.column_stack([rng.normal(size=300), rng.normal(size=300),
+                          rng.choice([-1.0, 1.0], size=300)])
+
+    def build(v):
+        x0, x1, yi = v
+        return (1 + -yi * model([x0, x1])).relu()
+    return model, XY, build
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_moons_forward_is_the_eager_forward_bit_for_bit(fused):
+    model, XY, build = moons_setup(fused)
+    leaves = [Value(0.0) for _ in range(3)]
+    prog = pygrad.compile(build(leaves), inputs=leaves)
+    assert_bitwise(prog.map(XY), eager_rows(build, XY, 3)[:, 0])
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_unit_weights_give_the_eager_loops_grads_bit_for_bit(fused):
+    model, XY, build = moons_setup(fused)
+    leaves = [Value(0.0) for _ in range(3)]
+    prog = pygrad.compile(build(leaves), inputs=leaves)
+    params = model.parameters()
+    want = eager_grads(build, XY, params)
+    model.zero_grad()
+    prog.map(XY, grad=np.ones(len(XY)))
+    assert_bitwise([p.grad for p in params], want)
+
+
+def test_weighted_grads_are_the_weighted_eager_sum():
+    model, XY, build = moons_setup(True, seed=3)
+    leaves = [Value(0.0) for _ in range(3)]
+    prog = pygrad.compile(build(leaves), inputs=leaves)
+    w = np.random.default_rng(1).normal(size=len(XY))
+    params = model.parameters()
+    want = eager_grads(build, XY, params, w)
+    model.zero_grad()
+    out = prog.map(XY, grad=w)
+    got = np.array([p.grad for p in params])
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)
+    assert_bitwise(out, eager_rows(build, XY, 3)[:, 0])
+    assert any(g != 0.0 for g in got)
+
+
+def test_grads_accumulate_onto_existing_grads_and_inputs_are_untouched():
+    model, XY, build = moons_setup(True, seed=4)
+    leaves = [Value(0.0) for _ in range(3)]
+    prog = pygrad.compile(build(leaves), inputs=leaves)
+    model.zero_grad()
+    prog.map(XY, grad=np.ones(len(XY)))
+    once = np.array([p.grad for p in model.parameters()])
+    prog.map(XY, grad=np.ones(len(XY)))
+    twice = np.array([p.grad for p in model.parameters()])
+    model.zero_grad()
+    for _ in range(2):
+        for row in XY:
+            build([Value(float(x)) for x in row]).backward()
+    assert_bitwise(twice, [p.grad for p in model.parameters()])
+    assert not np.array_equal(twice, once)
+    assert [v.grad for v in leaves] == [0.0, 0.0, 0.0]
+
+
+def test_parameters_changed_between_maps_are_read_again():
+    model, XY, build = moons_setup(True, seed=5)
+    leaves = [Value(0.0) for _ in range(3)]
+    prog = pygrad.compile(build(leaves), inputs=leaves)
+    before = prog.map(XY)
+    for p in model.parameters():
+        p.data = p.data * 0.5 + 0.01
+    after = prog.map(XY)
+    assert not np.array_equal(before, after)
+    assert_bitwise(after, eager_rows(build, XY, 3)[:, 0])
+
+
+@pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 1000])
+def test_block_boundaries(n):
+    w0, w1, b = Value(0.3), Value(-1.7), Value(0.25)
+
+    def build(v):
+        return (w0 * v[0] + w1 * v[1] + b).tanh() * v[0] + (v[1] * w0).exp()
+    rng = np.random.default_rng(n)
+    rows = rng.normal(size=(n, 2))
+    leaves = [Value(0.0), Value(0.0)]
+    prog = pygrad.compile(build(leaves), inputs=leaves)
+    out = prog.map(rows, grad=np.ones(n))
+    assert out.shape == (n,)
+    got = [w0.grad, w1.grad, b.grad]
+    if n:
+        assert_bitwise(out, eager_rows(build, rows, 2)[:, 0])
+    # w0 is used twice per row: within rounding of the eager loop.
+    want = eager_grads(build, rows, [w0, w1, b])
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    assert got[1:] == want[1:].tolist()   # used once: bit for bit
+
+
+def unary_ops():
+    return [op for op in _ops.METHOD_OPS if op.arity == 1 and op.key not in ("powk",)]
+
+
+# Inputs across each op's domain, its edges and IEEE specials.
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, 1e-300, -1e-300, 5e-324, 1e300, -1e300,
+           float("inf"), float("-inf"), float("nan"), 0.999999, 1.000001, 710.0, -745.0]
+
+
+@pytest.mark.parametrize("op", unary_ops(), ids=lambda op: op.key)
+def test_every_unary_op_maps_bit_for_bit(op):
+    name = op.methods[0].name
+    k = Value(1.25)
+
+    def build(v):
+        x = v[0] * k
+        return getattr(x, name)() * v[1]
+    rng = np.random.default_rng(len(name))
+    xs = np.concatenate([SPECIAL, rng.normal(size=40) * 3])
+    rows = np.column_stack([xs, rng.normal(size=len(xs))])
+    leaves = [Value(0.0), Value(0.0)]
+    prog = pygrad.compile(build(leaves), inputs=leaves)
+    assert_bitwise(prog.map(rows), eager_rows(build, rows, 2)[:, 0])
+    k.grad = 0.0
+    prog.map(rows, grad=np.ones(len(rows)))
+    got = k.grad
+    assert_bitwise([got], eager_grads(build, rows, [k]))
+
+
+BINARY = ["__add__", "__sub__", "__mul__", "__truediv__", "__pow__",
+          "__radd__", "__rsub__", "__rmul__", "__rtruediv__", "__rpow__"]
+
+
+@pytest.mark.parametrize("method", BINARY)
+@pytest.mark.parametrize("kind", ["row-row", "row-shared", "shared-row", "row-number"])
+def test_binary_ops_over_shared_and_per_row_operands(method, kind):
+    s = Value(0.75)
+
+    def build(v):
+        a, b = v
+        if kind == "row-shared":
+            b = s
+        elif kind == "shared-row":
+            a = s
+        elif kind == "row-number":
+            b = 1.5
+        if method == "__pow__" and not isinstance(b, float):
+            return a ** b if kind != "row-row" else a.__pow__(b)
+        return getattr(a, method)(b)
+    rng = np.random.default_rng(7)
+    rows = np.column_stack([np.concatenate([SPECIAL, rng.normal(size=30)]),
+                            np.concatenate([SPECIAL[::-1], rng.normal(size=30)])])
+    leaves = [Value(0.0), Value(0.0)]
+    prog = pygrad.compile(build(leaves), inputs=leaves)
+    assert_bitwise(prog.map(rows), eager_rows(build, rows, 2)[:, 0])
+    s.grad = 0.0
+    prog.map(rows, grad=np.ones(len(rows)))
+    assert_bitwise([s.grad], eager_grads(build, rows, [s]))
+
+
+def test_fused_ops_dot_sum_logsumexp():
+    ws = [Value(x) for x in (0.5, -0.25, 2.0)]
+
+    def build(v):
+        d = pygrad.dot(ws, v, act="tanh")
+        return pygrad.logsumexp([d, pygrad.sum(v), v[0] * ws[2]])
+    rng = np.random.default_rng(11)
+    rows = rng.normal(size=(50, 3)) * 4
+    leaves = [Value(0.0) for _ in range(3)]
+    prog = pygrad.compile(build(leaves), inputs=leaves)
+    assert_bitwise(prog.map(rows), eager_rows(build, rows, 3)[:, 0])
+    prog.map(rows, grad=np.ones(50))
+    got = [w.grad for w in ws]
+    np.testing.assert_allclose(got, eager_grads(build, rows, ws), rtol=1e-12)
+
+
+def test_several_outputs():
+    w = Value(1.5)
+
+    def build(v):
+        return [v[0] * w, (v[0] + v[1]).relu(), w]
+    rng = np.random.default_rng(2)
+    rows = rng.normal(size=(20, 2))
+    leaves = [Value(0.0), Value(0.0)]
+    prog = pygrad.compile(build(leaves), inputs=leaves)
+    out = prog.map(rows)
+    assert out.shape == (20, 3)
+    assert_bitwise(out, eager_rows(build, rows, 2))
+    weights = rng.normal(size=(20, 3))
+    w.grad = 0.0
+    prog.map(rows, grad=weights)
+    # d/dw: row r gives weights[r, 0] * x0 + weights[r, 2] * 1
+    want = 0.0
+    for r in range(20):
+        want = want + (weights[r, 0] * rows[r, 0] + weights[r, 2])
+    assert w.grad == pytest.approx(want, rel=1e-12)
+    with pytest.raises(TypeError, match="use map"):
+        prog.forward()
+    with pytest.raises(TypeError, match="use map"):
+        prog.backward()
+
+
+def test_unused_input_and_an_input_as_output():
+    x, unused = Value(0.0), Value(0.0)
+    prog = pygrad.compile([x * 2, x], inputs=[x, unused])
+    out = prog.map([[1.0, 9.0], [2.0, 8.0]])
+    assert out.tolist() == [[2.0, 1.0], [4.0, 2.0]]
+
+
+def test_one_input_takes_a_flat_array():
+    x = Value(0.0)
+    prog = pygrad.compile((x * x).exp(), inputs=[x])
+    assert_bitwise(prog.map([0.0, 1.0, 2.0]), [1.0, np.exp(1.0), np.exp(4.0)])
+
+
+def test_single_output_program_still_replays():
+    x, w = Value(2.0), Value(3.0)
+    y = (x * w).relu() + 1
+    prog = pygrad.compile(y, inputs=[x])
+    assert prog.inputs == (x,)
+    assert prog.forward() == 7.0
+    prog.backward()
+    assert w.grad == 2.0
+    assert prog.map([[1.0], [-1.0]]).tolist() == [4.0, 1.0]
+    assert "inputs=1" in repr(prog)
+
+
+def test_bad_input():
+    x, w = Value(1.0), Value(2.0)
+    y = x * w
+    with pytest.raises(TypeError, match="inputs="):
+        pygrad.compile(y).map([[1.0]])
+    with pytest.raises(ValueError, match="leaves"):
+        pygrad.compile(y, inputs=[y])
+    with pytest.raises(ValueError, match="twice"):
+        pygrad.compile(y, inputs=[x, x])
+    with pytest.raises(TypeError, match="pygrad.Value"):
+        pygrad.compile(y, inputs=[1.0])
+    with pytest.raises(TypeError, match="engine"):
+        pygrad.compile(y, inputs=[RefValue(1.0)])
+    with pytest.raises(TypeError):
+        pygrad.compile(y, inputs=x)
+    with pytest.raises(ValueError, match="at least one"):
+        pygrad.compile([], inputs=[x])
+    prog = pygrad.compile(y, inputs=[x])
+    with pytest.raises(ValueError, match=r"shape \(n, 1\)"):
+        prog.map(np.zeros((3, 2)))
+    with pytest.raises(ValueError, match=r"shape \(3,\)"):
+        prog.map(np.zeros((3, 1)), grad=np.ones(4))
+    with pytest.raises(TypeError, match="numbers"):
+        prog.map([["a"]])
+    # nothing was changed by the refusals
+    assert (x.grad, w.grad) == (0.0, 0.0)
+    assert prog.map([[3.0]], grad=[1.0]).tolist() == [6.0]
+    assert w.grad == 3.0
+
+
+def test_python_nodes_refuse_to_compile_for_map():
+    x = Value(0.0)
+    y = Value(x.data * 2, (x,), "double")
+    with pytest.raises(ValueError, match="made in Python"):
+        pygrad.compile(y * 3, inputs=[x])
+
+
+def test_threads_share_a_program_safely():
+    model, XY, build = moons_setup(True, seed=8)
+    leaves = [Value(0.0) for _ in range(3)]
+    prog = pygrad.compile(build(leaves), inputs=leaves)
+    want = prog.map(XY)
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(30):
+                results.append(prog.map(XY))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 90
+    for r in results:
+        assert_bitwise(r, want)
+
+
+def test_map_trains_like_the_eager_loop():
+    """Hinge loss, mean over rows, SGD: 5 steps, the eager per-row
+    backward summed in row order vs map, within 1e-12."""
+    model, XY, build = moons_setup(True, seed=9)
+    XY = XY[:64]
+    leaves = [Value(0.0) for _ in range(3)]
+    prog = pygrad.compile(build(leaves), inputs=leaves)
+    w = np.full(len(XY), 1.0 / len(XY))
+    opt = pygrad.optim.SGD(model.parameters(), lr=0.5)
+    random.seed(9)
+    twin = nn.MLP(2, [16, 16, 1])
+    twin.set_data(model.get_data())
+
+    def twin_build(v):
+        x0, x1, yi = v
+        return (1 + -yi * twin([x0, x1])).relu()
+    for _ in range(5):
+        opt.zero_grad()
+        losses = prog.map(XY, grad=w)
+        g = eager_grads(twin_build, XY, twin.parameters(), w)
+        np.testing.assert_allclose(model.get_grad(), g, rtol=1e-12, atol=1e-15)
+        assert_bitwise(losses, eager_rows(twin_build, XY, 3)[:, 0])
+        opt.step()
+        twin.set_data(twin.get_data() - 0.5 * g)
+        np.testing.assert_allclose(model.get_data(), twin.get_data(), rtol=1e-12, atol=1e-14)
