@@ -24,7 +24,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     print(f"moons, {steps} steps on the replay tier: loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
           f"accuracy {acc[0]:.0%} -> {acc[-1]:.0%}, {result['seconds']:.2f} s")
     model = result["model"]
-    plot = plot_decision_boundary(lambda p: int(model(p).data > 0), result["X"], result["y"],
+    plot = plot_decision_boundary(model, result["X"], result["y"],
                                   os.path.join(args.out, "moons_boundary.png"), "moons")
     check(losses[-1] < 0.25 * losses[0], "the loss fell to under a quarter")
     check(acc[-1] >= 0.95, "at least 95% of the training points right")

@@ -11,7 +11,6 @@ replayed in C).  With matplotlib it writes spiral_boundary.png.
 import os
 from typing import Optional, Sequence
 
-import numpy as np
 
 from pygrad import demo
 
@@ -26,8 +25,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     print(f"spiral, {steps} steps on the replay tier: loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
           f"accuracy {acc[0]:.0%} -> {acc[-1]:.0%}, {result['seconds']:.2f} s")
     model = result["model"]
-    plot = plot_decision_boundary(lambda p: int(np.argmax([s.data for s in model(p)])),
-                                  result["X"], result["y"],
+    plot = plot_decision_boundary(model, result["X"], result["y"],
                                   os.path.join(args.out, "spiral_boundary.png"), "spiral")
     check(losses[-1] < 0.5 * losses[0], "the loss halved")
     check(acc[-1] >= 0.8, "at least 80% of the training points right (chance: 33%)")

@@ -3,7 +3,7 @@ takes, a result check that fails the run, and a decision-boundary plot."""
 import argparse
 import os
 import re
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
@@ -43,30 +43,18 @@ def check(ok: bool, what: str) -> None:
         raise SystemExit(1)
 
 
-def plot_decision_boundary(predict: Callable[[List[float]], int], X: np.ndarray, y: np.ndarray,
-                           path: str, title: str) -> Optional[str]:
-    """Colour the plane by ``predict([x0, x1])`` under the data points; the
+def plot_decision_boundary(model: Any, X: np.ndarray, y: np.ndarray, path: str,
+                           title: str) -> Optional[str]:
+    """Colour the plane by the model's class under the data points (pygrad's
+    one helper, pygrad.boundary: the whole grid in one batched C call); the
     PNG's path, or None without matplotlib."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    from pygrad.boundary import plot_decision_boundary as plot
+    written = plot(model, X, y, path, title)
+    if written is None:
         print("  (matplotlib is not installed: no plot; pip install matplotlib)")
-        return None
-    h = 0.1
-    xx, yy = np.meshgrid(np.arange(X[:, 0].min() - 0.5, X[:, 0].max() + 0.5, h),
-                         np.arange(X[:, 1].min() - 0.5, X[:, 1].max() + 0.5, h))
-    Z = np.array([predict(p) for p in np.c_[xx.ravel(), yy.ravel()].tolist()]).reshape(xx.shape)
-    fig, ax = plt.subplots(figsize=(5, 5))
-    ax.contourf(xx, yy, Z, cmap="Spectral", alpha=0.6)
-    ax.scatter(X[:, 0], X[:, 1], c=y, s=20, cmap="Spectral", edgecolors="k")
-    ax.set_title(title)
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    print(f"  wrote {path}")
-    return path
+    else:
+        print(f"  wrote {written}")
+    return written
 
 
 def accuracy(predicted: Any, y: Any) -> float:

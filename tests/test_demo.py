@@ -1,6 +1,7 @@
 """The demo (python -m pygrad): it trains, and its command line works."""
 import os
 
+import numpy as np
 import pytest
 
 from pygrad import demo
@@ -87,3 +88,15 @@ def test_cli_bad_arguments_are_errors(capsys, argv):
     assert "error" in err
     if argv[:2] == ["--steps", "0"]:
         assert "--steps must be at least 1" in err
+
+
+@pytest.mark.parametrize("task", ["moons", "spiral"])
+def test_batched_tier_trains_like_the_replay_tier(task):
+    """One sample's graph over the rows (Program.map): the sums over rows
+    run in another order than the full graph's, so the losses agree to
+    rounding, not bit for bit; the accuracies are the same."""
+    a = demo.train(task, 40, tier="replay")
+    b = demo.train(task, 40, tier="batched")
+    np.testing.assert_allclose(b["losses"], a["losses"], rtol=1e-12)
+    assert b["accuracy"] == a["accuracy"]
+    assert b["tier"] == "batched"
