@@ -10,8 +10,11 @@ Workloads and what is compared, all side by side in one run, GC on:
   then the replay tier on the same graphs (bench_replay.py).
 - micrograd's moons training and a 3-class spiral softmax classifier
   (pygrad.demo's tasks), per tier: reference, micrograd (moons only: its
-  Value has no exp/log), pygrad eager, fused and replay.  Every pygrad
-  tier's losses must equal the reference engine's bit for bit.
+  Value has no exp/log), pygrad eager, fused, replay and batched.  Every
+  pygrad tier's losses must equal the reference engine's bit for bit
+  (batched: to 1e-12, as its sums over rows run in row order).
+- batched steps (bench_batched.py): pygrad's Program.map against PyTorch
+  float64 tensors on one thread (when installed), moons and spiral.
 It prints tables, writes JSON (--json, default benchmarks/results/latest.json)
 and, with matplotlib, a bar chart of the speedups (--png).
 """
@@ -24,6 +27,7 @@ import sys
 import time
 from typing import Any, Dict, List
 
+import bench_batched
 import bench_engine
 import bench_nn
 import bench_replay
@@ -52,11 +56,13 @@ def training(task: str, steps: int, repeats: int) -> Dict[str, Any]:
             timed("micrograd", lambda: bench_nn.run_micrograd(steps), 1)
         except ImportError:
             tiers["micrograd"] = None
-    for tier in ("eager", "fused", "replay"):   # eager: pygrad.nn with fused=False
+    for tier in ("eager", "fused", "replay", "batched"):   # eager: pygrad.nn with fused=False
         timed(f"pygrad {tier}", lambda t=tier: demo.train(task, steps, tier=t)["losses"], repeats)
     ref = tiers["reference"]["losses"]
     for name, r in tiers.items():
-        if name.startswith("pygrad"):
+        if name == "pygrad batched":    # sums over rows in row order: equal to rounding
+            assert max(abs(a - b) <= 1e-12 * abs(b) for a, b in zip(r["losses"], ref)), name
+        elif name.startswith("pygrad"):
             assert r["losses"] == ref, f"{task}: {name} differs from the reference engine"
     return tiers
 
@@ -109,6 +115,21 @@ def main() -> None:
             print(f"| {name} | {s:.3f} | {1e3 * s / steps:.2f} | {vs_m} | {ref_s / s:.1f} |")
         print("\nevery pygrad tier's losses equal the reference engine's bit for bit")
 
+    print("\n# Batched steps: pygrad Program.map vs PyTorch float64 tensors, 1 thread\n")
+    print("(bench_batched.py: same data, weights, loss and optimizer; tiers alternate; "
+          "median of runs)\n")
+    results["batched"] = {}
+    print("| task | tier | µs/step | × slower than pygrad batched |")
+    print("| --- | --- | ---: | ---: |")
+    for task in ("moons", "spiral"):
+        r = bench_batched.run(task, 50 if args.quick else 200, 3 if args.quick else 7)
+        results["batched"][task] = r
+        for name, sec in r["seconds_per_step"].items():
+            ratio = r["ratios"].get(f"{name} / pygrad batched", 1.0)
+            print(f"| {task} | {name} | {sec * 1e6:,.1f} | {ratio:,.1f} |")
+    if "pytorch" not in results["batched"]["moons"]["seconds_per_step"]:
+        print("\n(PyTorch is not installed: pip install torch for its rows)")
+
     results["wall_seconds"] = time.perf_counter() - t0
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:
@@ -142,12 +163,17 @@ def plot(results: Dict[str, Any], path: str) -> str:
             if r and name.startswith("pygrad"):
                 labels.append(f"{task}\n{name.split()[1]}")
                 values.append(ref / r["seconds"])
+    for task, b in results.get("batched", {}).items():
+        torch_s = b["seconds_per_step"].get("pytorch")
+        if torch_s:
+            labels.append(f"{task}\nbatched\nvs PyTorch")
+            values.append(torch_s / b["seconds_per_step"]["pygrad batched"])
     fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(labels)), 4))
     ax.bar(range(len(values)), values, color="#4c72b0")
     ax.set_yscale("log")
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, fontsize=7)
-    ax.set_ylabel("× faster than the reference engine")
+    ax.set_ylabel("× faster (than the reference engine; last bars: than PyTorch)")
     ax.set_title("pygrad speedups (same run)")
     for i, v in enumerate(values):
         ax.text(i, v, f"{v:.0f}×", ha="center", va="bottom", fontsize=7)

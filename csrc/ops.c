@@ -307,6 +307,13 @@ static void add_products(double *restrict y, const double *restrict u,
     for (size_t i = 0; i < n; i++) y[i] = y[i] + u[i] * v[i];
 }
 
+/* Are the k pairs from child j on all a shared weight times a per-row input? */
+static int shared_weights(const pg_rows *r, uint32_t j, uint32_t k) {
+    for (uint32_t t = 0; t < k; t++)
+        if (r->xs[j + 2 * t] != 0 || r->xs[j + 2 * t + 1] != 1) return 0;
+    return 1;
+}
+
 static void rows_forward_LINEAR(const pg_rows *r) {
     double *y = r->y;
     uint32_t j = 2;
@@ -317,7 +324,15 @@ static void rows_forward_LINEAR(const pg_rows *r) {
         for (size_t i = 0; i < r->n; i++) y[i] = XR(r, 0, i) * XR(r, 1, i);
     }
     for (; j < r->nk; j += 2) {
-        if (r->xs[j] == 0 && r->xs[j + 1] == 1) {      /* shared weight, per-row input */
+        if (j + 7 < r->nk && shared_weights(r, j, 4)) {
+            /* Four terms per pass over y, added in the same order. */
+            double w0 = r->x[j][0], w1 = r->x[j + 2][0], w2 = r->x[j + 4][0], w3 = r->x[j + 6][0];
+            const double *v0 = r->x[j + 1], *v1 = r->x[j + 3], *v2 = r->x[j + 5],
+                         *v3 = r->x[j + 7];
+            for (size_t i = 0; i < r->n; i++)
+                y[i] = (((y[i] + w0 * v0[i]) + w1 * v1[i]) + w2 * v2[i]) + w3 * v3[i];
+            j += 6;
+        } else if (r->xs[j] == 0 && r->xs[j + 1] == 1) {      /* shared weight, per-row input */
             add_scaled(y, r->x[j][0], r->x[j + 1], r->n);
         } else {
             for (size_t i = 0; i < r->n; i++) y[i] = y[i] + XR(r, j, i) * XR(r, j + 1, i);
@@ -337,14 +352,14 @@ static int direct_pair(const pg_rows *r, uint32_t w) {
 
 static void rows_backward_LINEAR(const pg_rows *r) {
     double *g = r->tmp;
-    for (size_t i = 0; i < r->n; i++) {
-        double gi = r->gy[i], yi = r->y[i];
-        switch (r->variant & PG_ACT_MASK) {
-        case PG_ACT_RELU: gi = relu_slope(yi) * gi; break;
-        case PG_ACT_TANH: gi = tanh_slope(yi) * gi; break;
-        case PG_ACT_SIGMOID: gi = sigmoid_slope(yi) * gi; break;
-        }
-        g[i] = gi;
+    const double *y = r->y, *gy = r->gy;
+    switch (r->variant & PG_ACT_MASK) {
+    case PG_ACT_RELU: for (size_t i = 0; i < r->n; i++) g[i] = relu_slope(y[i]) * gy[i]; break;
+    case PG_ACT_TANH: for (size_t i = 0; i < r->n; i++) g[i] = tanh_slope(y[i]) * gy[i]; break;
+    case PG_ACT_SIGMOID:
+        for (size_t i = 0; i < r->n; i++) g[i] = sigmoid_slope(y[i]) * gy[i];
+        break;
+    default: for (size_t i = 0; i < r->n; i++) g[i] = gy[i];
     }
     uint32_t first = (r->variant & PG_LINEAR_BIAS) ? 1 : 0;
     /* A bias used only here sums alone: where its adds fall among the
@@ -359,26 +374,43 @@ static void rows_backward_LINEAR(const pg_rows *r) {
     while (j > first) {
         if (first && !bias_alone && j - 2 == first)
             for (size_t i = 0; i < r->n; i++) GR(r, 0, i) += g[i];
-        /* Up to four direct pairs at once: four sums side by side (each in
-         * row order), where one alone would wait on its own adds. */
+        /* Up to eight direct pairs at once: their sums side by side (each
+         * in row order), where one alone would wait on its own adds. */
         uint32_t q = 0;
-        while (q < 4 && j - 2 * q > first && direct_pair(r, j - 2 * q - 2) &&
+        while (q < 8 && j - 2 * q > first && direct_pair(r, j - 2 * q - 2) &&
                (bias_alone || !(q > 0 && first && j - 2 * q - 2 == first)))
             q++;
         if (q > 0) {
-            double acc[4] = {0.0, 0.0, 0.0, 0.0};
-            const double *v[4] = {g, g, g, g};
+            double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+            const double *v[8] = {g, g, g, g, g, g, g, g};
             for (uint32_t t = 0; t < q; t++) {
                 acc[t] = *r->gx[j - 2 * t - 2];
                 v[t] = r->x[j - 2 * t - 1];
             }
-            if (q == 4) {
+            if (q == 8) {
                 for (size_t i = 0; i < r->n; i++) {
                     double gi = g[i];
                     acc[0] = acc[0] + v[0][i] * gi;
                     acc[1] = acc[1] + v[1][i] * gi;
                     acc[2] = acc[2] + v[2][i] * gi;
                     acc[3] = acc[3] + v[3][i] * gi;
+                    acc[4] = acc[4] + v[4][i] * gi;
+                    acc[5] = acc[5] + v[5][i] * gi;
+                    acc[6] = acc[6] + v[6][i] * gi;
+                    acc[7] = acc[7] + v[7][i] * gi;
+                }
+            } else if (q >= 4) {
+                for (size_t i = 0; i < r->n; i++) {
+                    double gi = g[i];
+                    acc[0] = acc[0] + v[0][i] * gi;
+                    acc[1] = acc[1] + v[1][i] * gi;
+                    acc[2] = acc[2] + v[2][i] * gi;
+                    acc[3] = acc[3] + v[3][i] * gi;
+                }
+                for (uint32_t t = 4; t < q; t++) {
+                    double a = acc[t];
+                    for (size_t i = 0; i < r->n; i++) a = a + v[t][i] * g[i];
+                    acc[t] = a;
                 }
             } else {
                 for (uint32_t t = 0; t < q; t++) {
