@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "node.h"
-#include "rows.h"
+#include "program.h"
 
 /* Slots x rows x (data + grad) stays within this, so a block fits cache. */
 #define BLOCK_BYTES (4u << 20)
@@ -77,19 +77,6 @@ void pg_batch_clear(pg_batch *p) {
     p->impl = NULL;
 }
 
-typedef struct slot_of { uint32_t h, slot; } slot_of;
-
-static int by_handle(const void *a, const void *b) {
-    uint32_t x = ((const slot_of *)a)->h, y = ((const slot_of *)b)->h;
-    return (x > y) - (x < y);
-}
-
-static uint32_t find_slot(const slot_of *map, size_t n, uint32_t h) {
-    slot_of key = {h, 0};
-    const slot_of *hit = bsearch(&key, map, n, sizeof *map, by_handle);
-    return hit ? hit->slot : NO_SLOT;
-}
-
 /* A leaf of the batched program: no children, data given. */
 static int is_leaf(const pg_node *n) {
     return n->op == PG_OP_LEAF || (n->op == PG_OP_CUSTOM && n->kid[0] == 0);
@@ -107,20 +94,15 @@ static int runnable(const pg_node *n) {
 /* Lay out slots (order is newest first); *bad names a node that can't run. */
 static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t *inputs,
                        const uint32_t *outputs, uint32_t *bad) {
-    slot_of *map = NULL;
+    pg_slot_of *map = pg_slot_map(order, n);
     int32_t *col = NULL;      /* per slot: its input column, or -1 */
     uint32_t *uses = NULL;    /* per slot: edges to it (+2 for an output) */
     uint32_t *shared_of = NULL;
     int32_t rc = 0;
-    if (!(ALLOC(map, n) && ALLOC(col, n) && ALLOC(uses, n) && ALLOC(shared_of, n)))
-        rc = PG_E_NOMEM;
-    for (size_t s = 0; rc == 0 && s < n; s++) {
-        map[s] = (slot_of){order[n - 1 - s], (uint32_t)s};
-        col[s] = -1;
-    }
-    if (rc == 0) qsort(map, n, sizeof *map, by_handle);
+    if (!(map && ALLOC(col, n) && ALLOC(uses, n) && ALLOC(shared_of, n))) rc = PG_E_NOMEM;
+    for (size_t s = 0; rc == 0 && s < n; s++) col[s] = -1;
     for (uint32_t c = 0; rc == 0 && c < b->ninputs; c++) {
-        uint32_t s = find_slot(map, n, inputs[c]);
+        uint32_t s = pg_slot_find(map, n, inputs[c]);
         b->input_slot[c] = s;
         if (s == NO_SLOT) continue;                 /* an input the outputs don't use */
         if (pg_N(inputs[c])->op != PG_OP_LEAF || col[s] >= 0) {
@@ -140,11 +122,11 @@ static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t
         } else if (!is_leaf(node)) {
             const uint32_t *kids;
             uint32_t nk = pg_children(node, &kids);
-            for (uint32_t e = 0; e < nk; e++) uses[find_slot(map, n, kids[e])]++;
+            for (uint32_t e = 0; e < nk; e++) uses[pg_slot_find(map, n, kids[e])]++;
             edges += nk;
         }
     }
-    for (uint32_t o = 0; rc == 0 && o < b->nout; o++) uses[find_slot(map, n, outputs[o])] += 2;
+    for (uint32_t o = 0; rc == 0 && o < b->nout; o++) uses[pg_slot_find(map, n, outputs[o])] += 2;
 
     /* Shared leaves: one value of data; a grad summed in place (used once)
      * or per row, then summed after each block (used more than once). */
@@ -205,7 +187,7 @@ static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t
         uint32_t nk = pg_children(pg_N(order[n - 1 - s]), &kids);
         b->first_edge[s] = (uint32_t)edges;
         for (uint32_t e = 0; e < nk; e++, edges++) {
-            uint32_t c = find_slot(map, n, kids[e]);
+            uint32_t c = pg_slot_find(map, n, kids[e]);
             int shared = b->op[c] == PG_OP_LEAF && col[c] < 0;
             int direct = shared && uses[c] == 1;
             b->x[edges] = shared ? &b->shared_data[shared_of[c]] : b->data + c * b->stride;
@@ -215,7 +197,7 @@ static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t
         }
     }
     for (uint32_t o = 0; rc == 0 && o < b->nout; o++) {
-        uint32_t c = find_slot(map, n, outputs[o]);
+        uint32_t c = pg_slot_find(map, n, outputs[o]);
         int shared = b->op[c] == PG_OP_LEAF && col[c] < 0;
         b->out_x[o] = shared ? &b->shared_data[shared_of[c]] : b->data + c * b->stride;
         b->out_xs[o] = shared ? 0 : 1;

@@ -10,7 +10,7 @@
  */
 #include <math.h>
 #include "node.h"
-#include "rows.h"
+#include "program.h"
 
 #define KID(n, i) pg_N((n)->kid[i])
 
@@ -23,8 +23,9 @@ static void backward_NONE(pg_node *n) { (void)n; }
  * (child.grad += BWD), from the inputs, the output y and the incoming
  * grad g.  The macros make from them the node rules (eager, replay) and
  * the row rules (Program.map: the same expressions across rows, in
- * structure-of-arrays form, so the compiler can vectorize them), so the
- * two can't disagree.
+ * structure-of-arrays form, so the compiler can vectorize them) and the
+ * steps of flat programs (Program.forward / backward), so they can't
+ * disagree.
  */
 /* Row i of child j's data and grad: a stride of 0 is one shared value (a
  * shared leaf's data; the grad of a leaf used once, summed in row order). */
@@ -52,6 +53,13 @@ static void backward_NONE(pg_node *n) { (void)n; }
         double *gx = r->gx[0];                                                       \
         size_t gs = r->gxs[0];                                                       \
         for (size_t i = 0; i < r->n; i++) gx[i * gs] += bwd_##code(x[i * s], r->y[i], r->gy[i]); \
+    }                                                                                \
+    static inline void step_forward_##code(const pg_step *p, double *d) {           \
+        d[p->s] = fwd_##code(d[p->a]);                                               \
+    }                                                                                \
+    static inline void step_backward_##code(const pg_step *p, const double *d, double *g, \
+                                            double gs) {                             \
+        g[p->a] += bwd_##code(d[p->a], d[p->s], gs);                                 \
     }
 
 #define BINARY_OP(code, FWD, BWD_A, BWD_B)                                         \
@@ -88,6 +96,15 @@ static void backward_NONE(pg_node *n) { (void)n; }
             ga[i * gsa] += bwd_a_##code(av, bv, y, g);                               \
             gb[i * gsb] += bwd_b_##code(av, bv, y, g);                               \
         }                                                                            \
+    }                                                                                \
+    static inline void step_forward_##code(const pg_step *p, double *d) {           \
+        d[p->s] = fwd_##code(d[p->a], d[p->b]);                                      \
+    }                                                                                \
+    static inline void step_backward_##code(const pg_step *p, const double *d, double *g, \
+                                            double gs) {                             \
+        double av = d[p->a], bv = d[p->b], y = d[p->s];                              \
+        g[p->a] += bwd_a_##code(av, bv, y, gs);                                      \
+        g[p->b] += bwd_b_##code(av, bv, y, gs);                                      \
     }
 
 BINARY_OP(ADD, a + b, g, g)
@@ -522,6 +539,57 @@ const pg_row_rule pg_row_rules[PG_OP_COUNT] = {
 #include "ops.def"
 };
 #undef PG_OP
+
+/* Steps of the other ops: their row rule, on one row. */
+#define ROW_STEPS(code)                                                                \
+    static inline void step_forward_##code(const pg_step *p, double *d) {             \
+        (void)d;                                                                       \
+        rows_forward_##code(p->rows);                                                  \
+    }                                                                                  \
+    static inline void step_backward_##code(const pg_step *p, const double *d, double *g, \
+                                            double gs) {                               \
+        (void)d; (void)g; (void)gs;                                                    \
+        rows_backward_##code(p->rows);                                                 \
+    }
+ROW_STEPS(POWK)
+ROW_STEPS(POW)
+ROW_STEPS(LINEAR)
+ROW_STEPS(SUM)
+ROW_STEPS(LOGSUMEXP)
+/* Leaves and Python's nodes are never steps (replay.c). */
+ROW_STEPS(LEAF)
+ROW_STEPS(CUSTOM)
+ROW_STEPS(FUNCTION)
+
+/* The sweeps of a flat program: one switch over the table, each case the
+ * op's inline step. */
+void pg_steps_forward(const pg_step *steps, size_t n, double *d) {
+    for (size_t i = 0; i < n; i++) {
+        const pg_step *p = &steps[i];
+        switch (p->op) {
+#define PG_OP(code, name, arity, methods, act, doc) \
+        case PG_OP_##code: step_forward_##code(p, d); break;
+#include "ops.def"
+#undef PG_OP
+        }
+        p->node->data = d[p->s];
+    }
+}
+
+void pg_steps_backward(const pg_step *steps, size_t n, const double *d, double *g) {
+    for (size_t i = n; i-- > 0;) {
+        const pg_step *p = &steps[i];
+        double gs = g[p->s];
+        p->node->grad = gs;
+        switch (p->op) {
+#define PG_OP(code, name, arity, methods, act, doc) \
+        case PG_OP_##code: step_backward_##code(p, d, g, gs); break;
+#include "ops.def"
+#undef PG_OP
+        }
+        g[p->s] = 0.0;
+    }
+}
 
 #define PG_OP(code, name, arity, methods, act, doc) \
     [PG_OP_##code] = {#code, name, arity, methods, act, doc},

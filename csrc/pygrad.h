@@ -156,8 +156,8 @@ void pg_node_backward(uint32_t h);
 /* Replay: a graph compiled once, re-run forward and backward in C.  The
  * program is Python's, zeroed, and released by pg_program_clear. */
 typedef struct pg_program {
-    uint32_t *order;       /* newest first: parents before children */
-    size_t n;
+    void *impl;            /* the flat program (replay.c) */
+    size_t n;              /* its nodes */
 } pg_program;
 int32_t pg_compile(uint32_t root, pg_program *p, uint32_t *bad_node);
 double pg_program_forward(pg_program *p);

@@ -1,0 +1,63 @@
+/*
+ * Compiled programs (replay.c, batch.c): a graph laid out flat in creation
+ * order, children first, one slot per node, numbers in arrays.
+ *
+ * Row rules: one op applied across the rows of a batch (Program.map), in
+ * structure-of-arrays form.  Steps: one op of a one-row program
+ * (Program.forward / backward).  Both are made in ops.c from the same
+ * expressions as the node rules, so their numbers are the node rules',
+ * bit for bit.
+ */
+#ifndef PG_PROGRAM_H
+#define PG_PROGRAM_H
+
+#include <stddef.h>
+#include "node.h"
+
+typedef struct pg_rows {
+    size_t n;               /* rows */
+    double k;               /* the node's constant (POWK's exponent) */
+    uint32_t nk;            /* children */
+    int variant;            /* the node's variant (LINEAR's activation, bias bit) */
+    double *y;              /* the output, per row */
+    const double *gy;       /* its grad, per row */
+    const double *const *x; /* each child's data: per row, or one shared value */
+    const size_t *xs;       /* each child's stride: 1 per row, 0 shared */
+    double *const *gx;      /* each child's grad: per row, or one sum over rows */
+    const size_t *gxs;      /* each child's grad stride: 1 per row, 0 one sum */
+    double *tmp;            /* n doubles of scratch */
+} pg_rows;
+
+typedef struct pg_row_rule {
+    void (*forward)(const pg_rows *r);
+    void (*backward)(const pg_rows *r);
+} pg_row_rule;
+
+extern const pg_row_rule pg_row_rules[PG_OP_COUNT];
+
+/* One node of a one-row program: d[s] = op(d[a], d[b]); ops other than the
+ * plain unary and binary ones run their row rule on `rows` (n = 1). */
+typedef struct pg_step {
+    uint8_t op;
+    uint32_t s, a, b;
+    pg_node *node;            /* written back: data by forward, grad by backward */
+    const pg_rows *rows;
+} pg_step;
+
+/* Every step in order, writing each node's data back.  Backward runs them
+ * in reverse from g (the root's grad set, every other interior grad 0),
+ * writes each node's grad back and leaves its own g slot at 0 again. */
+void pg_steps_forward(const pg_step *steps, size_t n, double *d);
+void pg_steps_backward(const pg_step *steps, size_t n, const double *d, double *g);
+
+/* Slots by handle: a program's nodes, looked up while compiling it. */
+typedef struct pg_slot_of {
+    uint32_t h, slot;
+} pg_slot_of;
+/* The map of order[0..n) (newest first): slot n-1-i for order[i]; NULL if
+ * out of memory.  The caller frees it. */
+pg_slot_of *pg_slot_map(const uint32_t *order, size_t n);
+/* h's slot, or UINT32_MAX if h is not in the program. */
+uint32_t pg_slot_find(const pg_slot_of *map, size_t n, uint32_t h);
+
+#endif
