@@ -13,6 +13,8 @@ except ImportError as e:
         "(or `python setup.py build_ext --inplace`), or install pygrad with pip and "
         "import it from outside the source tree.") from e
 
+from typing import TYPE_CHECKING
+
 from . import reference
 from ._version import __version__
 from .engine import Value
@@ -22,6 +24,10 @@ from .gradcheck import GradcheckResult, gradcheck
 from .replay import Inputs, Program, compile
 
 _SUBMODULES = ("nn", "optim", "losses", "data", "viz")
+
+if TYPE_CHECKING:
+    # Loaded on first use at run time (__getattr__); a type checker sees them.
+    from . import data, losses, nn, optim, viz
 
 
 def __getattr__(name: str) -> object:

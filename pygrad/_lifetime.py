@@ -26,7 +26,7 @@ import gc
 import os
 import threading
 import weakref
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Type
 
 from ._core import ffi, lib
 
@@ -128,7 +128,7 @@ class Registry:
 registry = Registry()
 
 
-def values_holding(seg: Segment, value_type: type) -> List[Any]:
+def values_holding(seg: Segment, value_type: Type[Any]) -> List[Any]:
     """The Values that hold segment ``seg`` (op results made in it)."""
     return [w for w in gc.get_referrers(seg) if isinstance(w, value_type) and w._s is seg]
 
@@ -169,6 +169,7 @@ class Settler:
         already: return)."""
         if not registry.lock.acquire(blocking=False):
             return
+        seg: Optional[Segment]
         try:
             for seg in registry.segments_alive():
                 if seg is current:

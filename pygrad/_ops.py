@@ -4,7 +4,7 @@ csrc/ops.def is the one list of ops; the C core compiles each row into
 ``pg_op_info(op)``, so an installed pygrad needs no csrc/.  From it
 pygrad/engine.py makes the Value methods, and the tests iterate it.
 """
-from typing import NamedTuple, Tuple
+from typing import Any, NamedTuple, Tuple
 
 from ._core import ffi, lib
 
@@ -26,7 +26,7 @@ class Op(NamedTuple):
     act: int         # PG_ACT_* if it may be a fused activation, else 0
 
 
-def _text(p: object) -> str:
+def _text(p: Any) -> str:
     return ffi.string(p).decode()
 
 

@@ -52,17 +52,18 @@ def _accuracy(task: str, outputs: List[Any], y: np.ndarray) -> float:
     return float(np.mean([int(np.argmax([z.data for z in zs])) == yi for zs, yi in zip(outputs, y)]))
 
 
-def _setup(task: str, seed: int, engine: str) -> Tuple[nn.MLP, np.ndarray, np.ndarray, Any]:
+def _setup(task: str, seed: int,
+           engine: str) -> Tuple[nn.MLP, np.ndarray, np.ndarray, optim.Optimizer]:
     random.seed(seed)
     if task == "moons":
         X, y = data.make_moons(100, noise=0.1, seed=seed)
         model = nn.MLP(2, [16, 16, 1], engine=engine)
-        opt = optim.SGD(model.parameters(), lr=lambda k: 1.0 - 0.9 * k / 100)
-        return model, X, data.signed_labels(y), opt
+        sgd = optim.SGD(model.parameters(), lr=lambda k: 1.0 - 0.9 * k / 100)
+        return model, X, data.signed_labels(y), sgd
     X, y = data.make_spiral(50, 3, noise=0.2, seed=seed)
     model = nn.MLP(2, [16, 16, 3], engine=engine)
-    opt = optim.Adam(model.parameters(), lr=0.05)
-    return model, X, y, opt
+    adam = optim.Adam(model.parameters(), lr=0.05)
+    return model, X, y, adam
 
 
 TIERS = ("replay", "batched", "fused", "eager")

@@ -240,7 +240,17 @@ def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], nam
     return property(fget, fset, doc=doc)
 
 
-class Value:
+from typing import TYPE_CHECKING  # noqa: E402  (beside its one use)
+
+if TYPE_CHECKING:
+    # The op methods are made below the class (_add_op_methods), out of a
+    # type checker's sight: _value_ops declares them.
+    from ._value_ops import TypedOps as _ValueBase
+else:
+    _ValueBase = object
+
+
+class Value(_ValueBase):
     """A scalar in a computation graph, with its gradient.
 
     ``Value(data, _children=(), _op='', label='')`` as in micrograd.  Data

@@ -9,12 +9,16 @@ so results are reproducible run to run and deep graphs do not recurse.
 """
 import itertools
 import math
-from typing import Any, Callable, Iterable, List, Set, Tuple
+import numbers
+from typing import Any, Callable, Iterable, List, Set, Tuple, Union
 
 from . import _ieee
 from ._numbers import real_or_none, to_real
 
 __all__ = ["Value"]
+
+# What an operator takes besides a Value (see pygrad/_value_ops.py).
+Operand = Union["Value", float, int, numbers.Real]
 
 _creation_counter = itertools.count()
 
@@ -55,7 +59,7 @@ class Value:
 
     # -- ops: forward value and gradient rule side by side --------------------
 
-    def __add__(self, other: Any) -> "Value":
+    def __add__(self, other: Operand) -> "Value":
         other = self._operand(other)
         if other is NotImplemented:
             return other
@@ -68,7 +72,7 @@ class Value:
         out._backward = _backward
         return out
 
-    def __mul__(self, other: Any) -> "Value":
+    def __mul__(self, other: Operand) -> "Value":
         other = self._operand(other)
         if other is NotImplemented:
             return other
@@ -351,39 +355,38 @@ class Value:
 
     # -- operator plumbing, in micrograd's operand order ----------------------
 
-    def __radd__(self, other: Any) -> "Value":
+    def __radd__(self, other: Operand) -> "Value":
         return self + other
 
-    def __rmul__(self, other: Any) -> "Value":
+    def __rmul__(self, other: Operand) -> "Value":
         return self * other
 
-    def __sub__(self, other: Any) -> "Value":
+    def __sub__(self, other: Operand) -> "Value":
         other = self._operand(other)
         return other if other is NotImplemented else self._sub(other)
 
-    def __rsub__(self, other: Any) -> "Value":
+    def __rsub__(self, other: Operand) -> "Value":
         other = self._operand(other)
         return other if other is NotImplemented else other._sub(self)
 
-    def __truediv__(self, other: Any) -> "Value":
+    def __truediv__(self, other: Operand) -> "Value":
         other = self._operand(other)
         return other if other is NotImplemented else self._div(other)
 
-    def __rtruediv__(self, other: Any) -> "Value":
+    def __rtruediv__(self, other: Operand) -> "Value":
         other = self._operand(other)
         return other if other is NotImplemented else other._div(self)
 
-    def __pow__(self, other: Any) -> "Value":
+    def __pow__(self, other: Operand) -> "Value":
         if isinstance(other, Value):
             return self._pow_value(other)
         k = real_or_none(other)
         if k is None:
             return NotImplemented
-        import numbers
         name = str(int(k)) if isinstance(other, numbers.Integral) else repr(k)
         return self._pow_const(k, name)
 
-    def __rpow__(self, other: Any) -> "Value":
+    def __rpow__(self, other: Operand) -> "Value":
         other = self._operand(other)
         return other if other is NotImplemented else other._pow_value(self)
 

@@ -103,7 +103,7 @@ def _drawing_class(digraph: type) -> type:
     binaries (``dot``) are missing, instead of raising."""
     from graphviz import ExecutableNotFound
 
-    class Drawing(digraph):  # type: ignore[misc, valid-type]
+    class Drawing(digraph):
         def _repr_mimebundle_(self, include: Any = None, exclude: Any = None,
                               **kwargs: Any) -> Dict[str, str]:
             try:

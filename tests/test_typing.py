@@ -1,0 +1,290 @@
+"""Static types: the declarations a type checker sees match what runs.
+
+pygrad.Value's operator methods are made at import from the op table, so a
+type checker reads them from pygrad/_value_ops.py; the C core is a cffi
+extension, so it reads pygrad/_core.pyi, generated from the cdef by this
+file (``PYTHONPATH=. python tests/test_typing.py --write`` rewrites it).
+These tests keep both in step with the sources, and run mypy on a user's
+snippet.
+"""
+import ast
+import importlib.util
+import keyword
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+import pygrad
+from pygrad import _ops
+from pygrad._value_ops import TypedOps
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+STUB = REPO / "pygrad" / "_core.pyi"
+
+
+# ---------------------------------------------------------------------------
+# Value's operator methods
+
+
+def _declared(cls: type) -> "set[str]":
+    return {k for k, v in vars(cls).items() if callable(v)}
+
+
+def test_typed_ops_declares_exactly_the_op_table_methods():
+    table = {m.name for op in _ops.METHOD_OPS for m in op.methods}
+    assert _declared(TypedOps) == table
+
+
+def test_typed_ops_is_no_base_of_value_at_run_time():
+    # Only a type checker sees TypedOps: at run time every op method is the
+    # one made from the table (or written in the class), never a stub.
+    assert pygrad.Value.__mro__ == (pygrad.Value, object)
+    for name in _declared(TypedOps):
+        assert getattr(pygrad.Value, name) is not getattr(TypedOps, name)
+
+
+# ---------------------------------------------------------------------------
+# pygrad/_core.pyi, from the cdef
+
+_HEADER = '''\
+# Generated from the cdef (pygrad/_build.py's cdef_source(): csrc/pygrad.h
+# and csrc/ops.def) by tests/test_typing.py, which checks it is current:
+# after changing the cdef, run `PYTHONPATH=. python tests/test_typing.py --write`.
+"""Types of pygrad's C core, the cffi extension module ``pygrad._core``."""
+from typing import Any, overload
+
+from _cffi_backend import FFI as _FFI
+from typing_extensions import Buffer
+
+_CData = _FFI.CData
+
+
+class _CoreFFI(_FFI):
+    # The cdef has no wchar_t: a C string comes back as bytes.
+    def string(self, cdata: _CData, maxlen: int = -1) -> bytes: ...
+    # A numpy array has the buffer protocol, which numpy's stubs declare
+    # only for Python >= 3.12 (PEP 688).
+    @overload
+    def from_buffer(self, cdecl: Buffer, require_writable: bool = ...) -> _CData: ...
+    @overload
+    def from_buffer(self, cdecl: str | _FFI.CType, python_buffer: Any,
+                    require_writable: bool = ...) -> _CData: ...
+'''
+
+
+def _c_type(node, structs: "set[str]", result: bool) -> str:
+    """The Python type of a C type node: numbers as int or float, a struct
+    pointer returned as the struct (its fields are read through it), any
+    other pointer as cffi's CData."""
+    from pycparser import c_ast
+    if isinstance(node, c_ast.PtrDecl):
+        inner = node.type
+        if (result and isinstance(inner, c_ast.TypeDecl)
+                and isinstance(inner.type, c_ast.IdentifierType)
+                and inner.type.names[-1] in structs):
+            return inner.type.names[-1]
+        return "_CData"
+    if isinstance(node, c_ast.TypeDecl) and isinstance(node.type, c_ast.IdentifierType):
+        name = node.type.names[-1]
+        if name == "void":
+            return "None"
+        if name in ("double", "float"):
+            return "float"
+        return "int"
+    raise ValueError(f"no Python type for C declaration {node}")
+
+
+def stub_text(cdef: str) -> str:
+    """The text of pygrad/_core.pyi for the given cdef."""
+    from pycparser import CParser, c_ast
+    constants = re.findall(r"^#define\s+(\w+)\s+(-?\d+)\s*$", cdef, re.M)
+    code = re.sub(r"/\*.*?\*/", "", cdef, flags=re.S)
+    code = re.sub(r"^\s*#.*$", "", code, flags=re.M)
+    # pycparser knows no <stdint.h>: only the name matters here (all int).
+    prelude = "".join(f"typedef int {t};\n" for t in
+                      ("int32_t", "uint32_t", "int64_t", "uint64_t", "size_t"))
+    tree = CParser().parse(prelude + code)
+    structs, functions = [], []
+    for node in tree.ext:
+        if isinstance(node, c_ast.Typedef) and isinstance(node.type.type, c_ast.Struct):
+            structs.append((node.name, node.type.type.decls))
+        elif isinstance(node, c_ast.Decl) and isinstance(node.type, c_ast.FuncDecl):
+            functions.append(node)
+    struct_names = {name for name, _ in structs}
+    out = [_HEADER]
+    for name, fields in structs:
+        out.append(f"\n\nclass {name}:\n")
+        out.append(f'    """struct {name}, read through a pointer."""\n\n')
+        for f in fields:
+            out.append(f"    {f.name}: {_c_type(f.type, struct_names, False)}\n")
+    out.append("\n\nclass _Lib:\n")
+    out.append('    """The functions and constants of the cdef."""\n\n')
+    for name, _ in constants:
+        out.append(f"    {name}: int\n")
+    out.append("\n")
+    for fn in functions:
+        params = []
+        for p in (fn.type.args.params if fn.type.args else []):
+            if isinstance(p, c_ast.Typename):       # f(void)
+                continue
+            name = p.name + "_" if keyword.iskeyword(p.name) else p.name
+            params.append(f"{name}: {_c_type(p.type, struct_names, False)}")
+        # cffi's functions take their arguments by position only.
+        params = ["self"] + params + (["/"] if params else [])
+        result = _c_type(fn.type.type, struct_names, True)
+        line = f"    def {fn.name}({', '.join(params)}) -> {result}: ...\n"
+        if len(line) > 100:
+            rows = [" " * 7]
+            for param in params:                 # greedy, whole parameters
+                if len(rows[-1]) + len(param) + 2 > 100:
+                    rows.append(" " * 7)
+                rows[-1] += f" {param},"
+            args = "\n".join(rows)[:-1]
+            line = f"    def {fn.name}(\n{args}\n    ) -> {result}: ...\n"
+        out.append(line)
+    out.append("\n\nffi: _CoreFFI\nlib: _Lib\n")
+    return "".join(out)
+
+
+def _cdef_source() -> str:
+    """cdef_source() of the repository's pygrad/_build.py (it reads csrc/
+    beside it), not the installed package's copy, which has no csrc/."""
+    path = REPO / "pygrad" / "_build.py"
+    if not (REPO / "csrc" / "pygrad.h").exists():
+        pytest.skip("no csrc/ beside the tests")
+    pytest.importorskip("pycparser")
+    spec = importlib.util.spec_from_file_location("pygrad_build_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.cdef_source()
+
+
+def test_core_stub_is_generated_from_the_current_cdef():
+    assert STUB.read_text(encoding="utf-8") == stub_text(_cdef_source()), (
+        "pygrad/_core.pyi is stale: run `PYTHONPATH=. python tests/test_typing.py --write`")
+
+
+def test_core_stub_names_what_the_compiled_core_has():
+    # The stub's names are the extension's, so the build is the stub's cdef.
+    from pygrad._core import lib
+    tree = ast.parse(STUB.read_text(encoding="utf-8"))
+    lib_class = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "_Lib")
+    names = {n.name if isinstance(n, ast.FunctionDef) else n.target.id
+             for n in lib_class.body if isinstance(n, (ast.FunctionDef, ast.AnnAssign))}
+    assert names == set(dir(lib))
+
+
+def test_installed_package_ships_its_type_information():
+    here = pathlib.Path(pygrad.__file__).parent
+    assert (here / "py.typed").is_file()
+    assert (here / "_core.pyi").is_file()
+    assert (here / "_value_ops.py").is_file()
+
+
+# ---------------------------------------------------------------------------
+# mypy on a user's code
+
+SNIPPET = '''\
+from fractions import Fraction
+from pygrad import Value
+from pygrad import reference
+
+v = Value(1.0)
+ok: list[Value] = [v + 2, 2 * v, v + v, 1.5 - v, v / 3, 2 ** v, v ** 2, v ** v, -v,
+                   abs(v), v.exp(), v.sin(), v.tanh(), v.relu(), v + True, v * Fraction(1, 3)]
+reveal_type(v.data)
+reveal_type(v.grad)
+reveal_type(v + 2)
+reveal_type(2 * v)
+v.grad = 0.5
+r = reference.Value(1.0)
+ok_ref: list[reference.Value] = [r + 2, 2 * r, abs(r), -r, r.exp(), r ** 2]
+reveal_type(r.data)
+
+v + "s"  # error: operator
+"s" * v  # error: operator
+v.data = "s"  # error: field
+r + "s"  # error: operator
+'''
+
+
+def _mypy_path_env() -> "dict[str, str]":
+    """The environment under which mypy finds the pygrad these tests import:
+    a source tree through MYPYPATH (mypy reads no PYTHONPATH); an installed
+    one is found as an installed package (mypy refuses site-packages on its
+    MYPYPATH)."""
+    env = dict(os.environ)
+    parent = str(pathlib.Path(pygrad.__file__).resolve().parent.parent)
+    installed = {str(pathlib.Path(p).resolve()) for p in
+                 (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
+    if parent not in installed:
+        env["MYPYPATH"] = parent
+    return env
+
+
+@pytest.fixture(scope="module")
+def mypy_on_snippet(tmp_path_factory) -> "tuple[dict[int, str], dict[int, str], str]":
+    """mypy's notes and errors on SNIPPET, by line (one message per line)."""
+    pytest.importorskip("mypy")
+    tmp = tmp_path_factory.mktemp("mypy")
+    (tmp / "snippet.py").write_text(SNIPPET, encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-error-summary", "--hide-error-context",
+         "--cache-dir", str(tmp / "cache"), "--show-error-codes", "snippet.py"],
+        cwd=tmp, env=_mypy_path_env(), capture_output=True, text=True, timeout=600)
+    notes: "dict[int, str]" = {}
+    errors: "dict[int, str]" = {}
+    # Only the snippet's lines: mypy follows the import into pygrad.
+    for ln in proc.stdout.splitlines():
+        if not ln.startswith("snippet.py:"):
+            continue
+        _, num, rest = ln.split(":", 2)
+        # Older mypys name builtins in full ("builtins.float").
+        rest = rest.strip().replace("builtins.", "")
+        kind = notes if rest.startswith("note:") else errors
+        assert int(num) not in kind, ln
+        kind[int(num)] = rest
+    assert notes, proc.stdout + proc.stderr
+    return notes, errors, proc.stdout
+
+
+def _line(text: str) -> int:
+    return next(i for i, s in enumerate(SNIPPET.splitlines(), 1) if s.startswith(text))
+
+
+@pytest.mark.slow
+def test_mypy_types_value_operators(mypy_on_snippet):
+    notes, errors, out = mypy_on_snippet
+    assert notes[_line("reveal_type(v + 2)")] == 'note: Revealed type is "pygrad.engine.Value"'
+    assert notes[_line("reveal_type(2 * v)")] == 'note: Revealed type is "pygrad.engine.Value"'
+    assert notes[_line("reveal_type(r.data)")] == 'note: Revealed type is "float"'
+    # Every valid use passes; each bad operand is an error.
+    lines = SNIPPET.splitlines()
+    fields = {i for i, s in enumerate(lines, 1) if s.endswith("# error: field")}
+    operators = [i for i, s in enumerate(lines, 1) if s.endswith("# error: operator")]
+    assert sorted(set(errors) - fields) == operators, out
+    for bad in ('v + "s"', '"s" * v', 'r + "s"'):
+        assert "[operator]" in errors[_line(bad)], out
+
+
+@pytest.mark.slow
+def test_mypy_types_value_data_and_grad_as_float(mypy_on_snippet):
+    notes, errors, out = mypy_on_snippet
+    assert notes[_line("reveal_type(v.data)")] == 'note: Revealed type is "float"', out
+    assert notes[_line("reveal_type(v.grad)")] == 'note: Revealed type is "float"', out
+    assert "[assignment]" in errors.get(_line('v.data = "s"'), ""), out
+
+
+if __name__ == "__main__":
+    # Regenerate pygrad/_core.pyi after a change to the cdef.
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python tests/test_typing.py --write")
+    sys.path.insert(0, str(REPO / "pygrad"))
+    import _build  # the build script alone: no compiled core needed
+    STUB.write_text(stub_text(_build.cdef_source()), encoding="utf-8")
+    print(f"wrote {STUB}")
