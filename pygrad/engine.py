@@ -9,7 +9,7 @@ any Python object; there is one Value per live node (``_prev`` hands out the
 ones you hold).
 """
 import numbers
-from typing import Any, Callable, Iterable, Set, Tuple, Union
+from typing import Any, Callable, Iterable, Sequence, Set, Tuple, Union
 
 from . import _lifetime, _ops
 from ._core import ffi, lib
@@ -138,7 +138,7 @@ def _make_nary(op: int, variant: int, handles: Any, n: int, kids: tuple = ()) ->
 
 
 def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
-                param_values: "list[Value]" = (), xs: "list[Value]" = ()) -> "list[Value]":
+                param_values: "Sequence[Value]" = (), xs: "Sequence[Value]" = ()) -> "list[Value]":
     """nout fused LINEAR nodes over shared inputs (pygrad.nn.Layer)."""
     out = ffi.new("uint32_t[]", nout)
     seg = _seg
@@ -149,8 +149,8 @@ def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
         _lifetime._check(rc, "a layer")
         if rc == 1:
             k = nin + 1
-            xs = tuple(xs)
-            return [_held(out[j], tuple(param_values[j * k:(j + 1) * k]) + xs)
+            inputs = tuple(xs)
+            return [_held(out[j], tuple(param_values[j * k:(j + 1) * k]) + inputs)
                     for j in range(nout)]
     values = []
     for h in out:
@@ -229,7 +229,7 @@ def _unary(op: int, doc: str) -> Callable[["Value"], "Value"]:
 
 
 def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], name: str,
-             doc: str) -> property:
+             doc: str) -> Any:
     """A float field of the C node, readable and writable."""
     def fget(self: "Value") -> float:
         return get(self._h)
@@ -299,8 +299,8 @@ class Value(_ValueBase):
 
     # -- numbers ------------------------------------------------------------
 
-    data = _c_field(lib.pg_data, lib.pg_set_data, "Value.data", "The forward value.")
-    grad = _c_field(lib.pg_grad, lib.pg_set_grad, "Value.grad",
+    data: float = _c_field(lib.pg_data, lib.pg_set_data, "Value.data", "The forward value.")
+    grad: float = _c_field(lib.pg_grad, lib.pg_set_grad, "Value.grad",
                     "d(root)/d(self), accumulated by ``backward()``.")
 
     # -- graph --------------------------------------------------------------
@@ -442,6 +442,7 @@ def _add_op_methods(cls: type) -> None:
         for m in op.methods:
             if m.name in cls.__dict__:
                 continue
+            fn: Callable[..., Value]
             if op.arity == 1:
                 fn = _unary(op.code, m.doc)
             elif op.arity == 2:
@@ -461,7 +462,7 @@ def _state(v: Value) -> dict:
     return {k: x for k, x in v.__dict__.items() if k not in ("_backward", "_op")}
 
 
-def _leaf(cls: type, data: float, grad: float, label: str, state: Any = None) -> Value:
+def _leaf(cls: "type[Value]", data: float, grad: float, label: str, state: Any = None) -> Value:
     """A new leaf (what a copy or an unpickled Value becomes); a subclass
     stays a subclass, without its __init__ being called (as pickle does)."""
     v = cls.__new__(cls)

@@ -20,7 +20,7 @@ backward then adds ``partial * grad`` for each input without calling back
 into Python.  (A backward that is not linear in ``grad`` is not supported.)
 On reference Values, ``apply`` builds the same node with a Python backward.
 """
-from typing import Any, Tuple
+from typing import Any, List, Tuple
 
 from ._backend import backend_of
 from ._numbers import real_or_none, to_real
@@ -56,7 +56,7 @@ class Function:
             raise ValueError(f"{cls.__name__}.apply needs at least one input")
         backend = backend_of(inputs, f"{cls.__name__}.apply inputs")
         V = backend.Value
-        values = []
+        values: List[Any] = []
         for v in inputs:
             if not isinstance(v, V):
                 if real_or_none(v) is None:

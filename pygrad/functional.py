@@ -4,7 +4,7 @@ Each gives exactly the value and gradients of the same expression written
 with plain ops (pygrad.reference has those plain versions under the same
 names), so fused models and op-by-op models agree bit for bit.
 """
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 from . import _ops, engine
 from ._core import ffi, lib
@@ -14,7 +14,7 @@ from .engine import Value
 __all__ = ["dot", "sum", "logsumexp", "ACTIVATIONS"]
 
 # None / 'linear', and the ops the table (csrc/ops.def) allows as fused activations.
-ACTIVATIONS = {None: lib.PG_ACT_NONE, "linear": lib.PG_ACT_NONE,
+ACTIVATIONS: Dict[Optional[str], int] = {None: lib.PG_ACT_NONE, "linear": lib.PG_ACT_NONE,
                **dict(sorted(_ops.ACTIVATIONS.items(), key=lambda kv: kv[1]))}
 
 

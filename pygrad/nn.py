@@ -81,7 +81,8 @@ class Module:
 
     def save(self, path: str) -> None:
         """Write ``state_dict()`` to a ``.npz`` file."""
-        np.savez(path, **self.state_dict())
+        arrays: Dict[str, Any] = self.state_dict()
+        np.savez(path, **arrays)
 
     def load(self, path: str) -> None:
         """Read a ``.npz`` file written by ``save``."""

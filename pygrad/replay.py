@@ -42,28 +42,28 @@ class Program:
 
     def __init__(self, output: "Union[Value, Sequence[Value]]",
                  inputs: "Optional[Iterable[Value]]" = None) -> None:
-        single = isinstance(output, Value)
-        outputs = (output,) if single else _values(output, "compile's outputs")
+        single: Optional[Value] = output if isinstance(output, Value) else None
+        outputs = (single,) if single is not None else _values(output, "compile's outputs")
         if not outputs:
             raise ValueError("compile needs at least one output Value")
         self._outputs: Tuple[Value, ...] = outputs      # keep the graph alive
-        self._output = output if single else None
-        self._program = None
-        self._batch = None
+        self._output = single
+        self._program: Any = None
+        self._batch: Any = None
         self._inputs: Optional[Tuple[Value, ...]] = None
         self._lock = threading.Lock()
-        if single:
+        if single is not None:
             # Made empty and released in C (ffi.gc) first: nothing is lost
             # whatever interrupts this.
             program = ffi.gc(ffi.new("pg_program *"), lib.pg_program_clear)
             bad = ffi.new("uint32_t *")
-            rc = lib.pg_compile(output._h, program, bad)
+            rc = lib.pg_compile(single._h, program, bad)
             _check(rc, bad[0])
             self._program = program
             self._n = lib.pg_program_size(program)
         if inputs is not None:
             self._compile_batch(_values(inputs, "compile's inputs"))
-        if not single:
+        if single is None:
             self._n = lib.pg_batch_slots(self._batch) if self._batch is not None else 0
 
     def _compile_batch(self, inputs: Tuple[Value, ...]) -> None:
