@@ -345,16 +345,18 @@ int32_t pg_hold(pg_claim *c, uint32_t h) {
     return rc;
 }
 
-int32_t pg_alloc_nodes(uint32_t sid, uint32_t count) {
-    if (!seg_valid(sid)) return PG_E_ARG;
+pg_seg *pg_graph_seg(uint32_t sid) {
+    if (!seg_valid(sid)) return NULL;
     pg_seg *seg = pg_segtab[sid];
-    if (!seg->claimed || seg->leaf) return PG_E_ARG;
-    if (seg->used + count > PG_SEG_NODES) return PG_E_FULL;
+    return seg->claimed && !seg->leaf ? seg : NULL;
+}
+
+int32_t pg_take_nodes(pg_seg *seg, uint32_t count) {
     uint32_t off = seg->used;
     seg->used += count;
     seg->live += count;
     live_nodes += count;
-    return (int32_t)((sid << PG_SEG_BITS) | off);
+    return (int32_t)((seg->sid << PG_SEG_BITS) | off);
 }
 
 uint32_t *pg_alloc_edges(uint32_t sid, uint32_t count) {

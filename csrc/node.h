@@ -127,10 +127,14 @@ void *pg_realloc(void *p, size_t size);
 int pg_unmap(void *p, size_t size);
 void pg_lock(void);
 void pg_unlock(void);
-/* Reserve `count` consecutive slots in segment sid (lock held); returns the
- * handle of the first or PG_E_FULL / PG_E_ARG.  count 0 checks sid only. */
-int32_t pg_alloc_nodes(uint32_t sid, uint32_t count);
-/* Child list storage for an n-ary node in segment sid (lock held). */
+/* The open graph segment sid, or NULL (no such segment, a leaf segment,
+ * or one whose claim died).  Lock held. */
+pg_seg *pg_graph_seg(uint32_t sid);
+/* Take `count` slots of seg, which has room for them (lock held): the
+ * handle of the first.  Cannot fail: the caller checked the room. */
+int32_t pg_take_nodes(pg_seg *seg, uint32_t count);
+/* Child list storage for an n-ary node in segment sid (lock held); NULL
+ * (nothing changed) when out of memory. */
 uint32_t *pg_alloc_edges(uint32_t sid, uint32_t count);
 /* A live node's handle (lock held). */
 int pg_handle_valid(uint32_t h);
