@@ -179,6 +179,20 @@ def _not_a_number(other: Any) -> Any:
     return NotImplemented
 
 
+def _other_operand(self: "Value", other: Any, make: Callable[..., int],
+                   make_k: Callable[..., int], swapped: bool) -> "Value":
+    """The less common operands of a binary dunder: a Value subclass, a
+    huge int, bool, Fraction, numpy scalar, or no number at all."""
+    if isinstance(other, Value):
+        if swapped:
+            return _create(make, (other, self), other._h, self._h)
+        return _create(make, (self, other), self._h, other._h)
+    k = real_or_none(other)
+    if k is None:
+        return _not_a_number(other)
+    return _create(make_k, (self,), *((k, self._h) if swapped else (self._h, k)))
+
+
 def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
     """An arithmetic dunder: self (op) Value, self (op) number.
 
@@ -191,7 +205,8 @@ def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
 
     def method(self: "Value", other: Any) -> "Value":
         seg = _seg
-        if type(other) is Value or isinstance(other, Value):
+        t = type(other)
+        if t is Value:
             h = make(seg.sid, self._h, other._h)
             if h >= 0:
                 out = _new(Value)
@@ -199,16 +214,19 @@ def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
                 out._s = seg
                 return out
             return _finish(h, seg, make, (self._h, other._h), (self, other))
-        k = other if type(other) is float else real_or_none(other)
-        if k is None:
-            return _not_a_number(other)
-        h = make_k(seg.sid, self._h, k)
-        if h >= 0:
-            out = _new(Value)
-            out._h = h
-            out._s = seg
-            return out
-        return _finish(h, seg, make_k, (self._h, k), (self,))
+        if t is float or t is int:
+            try:
+                # cffi turns an int into a double as float(int) does
+                h = make_k(seg.sid, self._h, other)
+            except OverflowError:
+                return _other_operand(self, other, make, make_k, False)
+            if h >= 0:
+                out = _new(Value)
+                out._h = h
+                out._s = seg
+                return out
+            return _finish(h, seg, make_k, (self._h, other), (self,))
+        return _other_operand(self, other, make, make_k, False)
 
     method.__doc__ = doc
     return method
@@ -222,21 +240,20 @@ def _binary_swapped(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
     make_rk = getattr(lib, "pg_binary_rk_" + code)
 
     def method(self: "Value", other: Any) -> "Value":
-        seg = _seg
-        if isinstance(other, Value):
-            make_v, args, kids = make, (other._h, self._h), (other, self)
-        else:
-            k = other if type(other) is float else real_or_none(other)
-            if k is None:
-                return _not_a_number(other)
-            make_v, args, kids = make_rk, (k, self._h), (self,)
-        h = make_v(seg.sid, *args)
-        if h >= 0:
-            out = _new(Value)
-            out._h = h
-            out._s = seg
-            return out
-        return _finish(h, seg, make_v, args, kids)
+        t = type(other)
+        if t is float or t is int:
+            seg = _seg
+            try:
+                h = make_rk(seg.sid, other, self._h)
+            except OverflowError:
+                return _other_operand(self, other, make, make_rk, True)
+            if h >= 0:
+                out = _new(Value)
+                out._h = h
+                out._s = seg
+                return out
+            return _finish(h, seg, make_rk, (other, self._h), (self,))
+        return _other_operand(self, other, make, make_rk, True)
 
     method.__doc__ = doc
     return method
@@ -436,11 +453,7 @@ class Value:
         if t is float:
             make, k = _powk_float, other
         elif t is int:
-            try:
-                k = float(other)
-            except OverflowError:
-                k = real_or_none(other)     # raises its ValueError
-            make = _powk_int
+            make, k = _powk_int, other  # cffi turns it into a double as float() does
         elif isinstance(other, Value):
             return self._pow_value(other)
         else:
@@ -449,7 +462,10 @@ class Value:
                 return _not_a_number(other)
             make = _powk_int if isinstance(other, numbers.Integral) else _powk_float
         seg = _seg
-        h = make(seg.sid, self._h, k)
+        try:
+            h = make(seg.sid, self._h, k)
+        except OverflowError:
+            return _not_a_number(real_or_none(k))   # an int too large: ValueError
         if h >= 0:
             out = _new(Value)
             out._h = h
