@@ -251,7 +251,7 @@ def test_number_operands_of_every_kind():
     """ints, bools, Fractions and numpy scalars become the leaf of a
     number operand, in the one C call; non-numbers are refused."""
     from fractions import Fraction
-    ks = [3, True, Fraction(1, 3), 2 ** 70]
+    ks = [3, True, Fraction(1, 3), 2 ** 70, 2 ** 53 + 1, -7]
     try:
         import numpy as np
         ks += [np.float64(0.3), np.int32(5), np.float32(0.25)]
