@@ -19,6 +19,13 @@ number constants, the ops micrograd 0.1.0 has):
   long-range picks.  Every node is reachable from the root (the last one),
   and the draw keeps data in [-2, 2] so the gradients stay finite.
 
+The "interpreter floor" row is no engine: a ``__slots__`` object made with
+``object.__new__`` per op, holding only the float result (no graph, no
+gradient), built over the same workload.  It is what any Python-level
+Value must at least cost per op (the method call, one object, one float
+op); it is timed forward only, interleaved with the engines, and the
+report gives pygrad's eager forward as a multiple of it.
+
 For each engine and workload, every repeat builds a fresh graph (forward),
 calls ``root.backward()`` and drops the graph; the three are timed apart and
 reported in ns per op (one op = one ``+``, ``*``, ``**`` or ``relu`` of the
@@ -229,12 +236,55 @@ class DagPlan:
 
 # -- engines --------------------------------------------------------------------
 
+_new = object.__new__
+
+
+class FloorValue:
+    """The interpreter floor: per op, one object from ``object.__new__``
+    holding the float result; no graph.  Only what the workloads use."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: float) -> None:
+        self.data = data
+
+    def __add__(self, o: Any) -> "FloorValue":
+        out = _new(FloorValue)
+        out.data = self.data + (o.data if type(o) is FloorValue else o)
+        return out
+
+    __radd__ = __add__
+
+    def __mul__(self, o: Any) -> "FloorValue":
+        out = _new(FloorValue)
+        out.data = self.data * (o.data if type(o) is FloorValue else o)
+        return out
+
+    __rmul__ = __mul__
+
+    def __pow__(self, k: Any) -> "FloorValue":
+        out = _new(FloorValue)
+        out.data = self.data ** k
+        return out
+
+    def relu(self) -> "FloorValue":
+        out = _new(FloorValue)
+        d = self.data
+        out.data = 0.0 if d < 0.0 else d
+        return out
+
+
+FLOOR = "floor"
+
+
 class Engine:
-    def __init__(self, name: str, V: Any, version: str, note: str = "") -> None:
+    def __init__(self, name: str, V: Any, version: str, note: str = "",
+                 forward_only: bool = False) -> None:
         self.name = name
         self.V = V
         self.version = version
         self.note = note
+        self.forward_only = forward_only
 
 
 def load_engines(wanted: List[str]) -> Tuple[List[Engine], Dict[str, str]]:
@@ -245,6 +295,10 @@ def load_engines(wanted: List[str]) -> Tuple[List[Engine], Dict[str, str]]:
             engines.append(Engine("pygrad", pg_engine.Value, pygrad.__version__))
         elif name == "reference":
             engines.append(Engine("reference", pg_reference.Value, pygrad.__version__))
+        elif name == FLOOR:
+            engines.append(Engine(FLOOR, FloorValue, platform.python_version(),
+                                  "interpreter floor: forward only, no graph",
+                                  forward_only=True))
         elif name == "micrograd":
             try:
                 from micrograd import engine as mg_engine
@@ -283,7 +337,11 @@ def bits(x: float) -> bytes:
 def verify(plan: Any, engines: List[Engine]) -> Dict[str, Any]:
     """Build and backward once per engine, untimed; compare with reference."""
     results: Dict[str, Any] = {}
+    floor_data = None
     for e in engines:
+        if e.forward_only:
+            floor_data = float(plan.build(e.V)[0].data)
+            continue
         root, extra = plan.build(e.V)
         leaves = extra[0] if isinstance(extra[0], list) else list(extra)
         try:
@@ -310,6 +368,11 @@ def verify(plan: Any, engines: List[Engine]) -> Dict[str, Any]:
         out["leaf_grads_head"] = pg[1][:4]
         out["nonzero_leaf_grads"] = sum(1 for g in pg[1] if g != 0.0)
     base = ref or pg
+    if floor_data is not None and base is not None:
+        # Same float ops in the same order; ** may round differently
+        # (Python's float ** against the core's x * x for ** 2).
+        assert math.isclose(floor_data, base[0], rel_tol=1e-9), (floor_data, base[0])
+        out["floor_root_data_bitwise_equal"] = bits(floor_data) == bits(base[0])
     for other in ("micrograd", "torch"):
         mg = results.get(other)
         if mg is None or base is None:
@@ -356,6 +419,13 @@ def run_once(plan: Any, e: Engine) -> Dict[str, Any]:
     is_pg = e.name == "pygrad"
     live = lib.pg_live_nodes
     gc.collect()
+    if e.forward_only:
+        t0 = perf_ns()
+        g = plan.build(e.V)
+        t1 = perf_ns()
+        del g
+        gc.collect()
+        return {"fwd": t1 - t0}
     live0 = live()
     t0 = perf_ns()
     g = plan.build(e.V)
@@ -413,6 +483,10 @@ def bench_workload(plan: Any, engines: List[Engine], repeats: int,
     for e in engines:
         fwd_only = raw[e.name]
         runs = [r for r in fwd_only if "error" not in r]
+        if e.forward_only:
+            out["engines"][e.name] = {"fwd_ns_per_op": summary([r["fwd"] / n for r in runs]),
+                                      "forward_only": True}
+            continue
         if not runs:
             # backward failed (micrograd's recursion): forward times only
             out["engines"][e.name] = {"error": failed.get(e.name, "no runs"),
@@ -447,6 +521,12 @@ def bench_workload(plan: Any, engines: List[Engine], repeats: int,
                 # a backward failure (micrograd's recursion) leaves fwd only
                 if key in o and (phase == "fwd" or "error" not in o):
                     ratios[f"{other}/pygrad {phase}"] = o[key]["median"] / pg[key]["median"]
+    floor = out["engines"].get(FLOOR, {})
+    if "fwd_ns_per_op" in pg and "fwd_ns_per_op" in floor:
+        ratios["pygrad/floor fwd"] = pg["fwd_ns_per_op"]["median"] / floor["fwd_ns_per_op"]["median"]
+        # paired within each repeat (the two builds ran back to back)
+        out["pygrad_over_floor_fwd_per_repeat"] = summary(
+            [p["fwd"] / f["fwd"] for p, f in zip(raw["pygrad"], raw[FLOOR]) if "error" not in p])
     out["ratios"] = ratios
     return out
 
@@ -489,7 +569,7 @@ def markdown(results: Dict[str, Any]) -> str:
                   "|---|---:|---:|---:|---:|---:|---:|---:|"]
         pg = w["engines"].get("pygrad", {})
         for ename, d in w["engines"].items():
-            bad = "error" in d
+            bad = "error" in d or d.get("forward_only", False)
 
             def med(key: str, dd: Dict[str, Any] = d) -> Optional[float]:
                 return None if (bad and key != "fwd_ns_per_op") or key not in dd \
@@ -500,11 +580,12 @@ def markdown(results: Dict[str, Any]) -> str:
                 return "n/a" if a is None or p is None else f"{a / p:,.1f}x"
 
             heap = w.get("python_heap_bytes_per_op", {}).get(ename)
+            label = "interpreter floor (fwd only)" if ename == FLOOR else ename
             lines.append(
-                f"| {ename} | {fmt(med('fwd_ns_per_op'))} | {fmt(med('bwd_ns_per_op'))} "
+                f"| {label} | {fmt(med('fwd_ns_per_op'))} | {fmt(med('bwd_ns_per_op'))} "
                 f"| {fmt(med('total_ns_per_op'))} | {fmt(med('free_ns_per_op'))} | {fmt(heap)} "
                 f"| {ratio('fwd_ns_per_op')} | {ratio('bwd_ns_per_op')} |")
-            if bad:
+            if "error" in d:
                 lines.append(f"|  ({ename}: {d['error']}) | | | | | | | |")
         if "c_nodes_per_op" in pg:
             freed = pg["c_nodes_freed_by_del"]
@@ -519,6 +600,11 @@ def markdown(results: Dict[str, Any]) -> str:
                 f"({fmt_range(freed)} freed by the del; "
                 f"{fmt_range(left)} more C nodes live after gc.collect() than before the build).",
             ]
+        if "pygrad/floor fwd" in w["ratios"]:
+            pr = w["pygrad_over_floor_fwd_per_repeat"]
+            lines += ["", f"pygrad eager forward / interpreter floor: "
+                          f"{w['ratios']['pygrad/floor fwd']:.2f}x (medians; per repeat, paired: "
+                          f"median {pr['median']:.2f}x, range {pr['min']:.2f}..{pr['max']:.2f}x)."]
         ver = w["verification"]
         if ver.get("pygrad_equals_reference_bitwise"):
             v = (f"check: pygrad == reference bit for bit (root data and "
@@ -533,7 +619,7 @@ def markdown(results: Dict[str, Any]) -> str:
               "| workload | " + " | ".join(RATIO_KEYS) + " |",
               "|---|" + "---:|" * len(RATIO_KEYS)]
     for wname, w in results["workloads"].items():
-        cells = [fmt(w["ratios"].get(k), 1) + ("x" if k in w["ratios"] else "")
+        cells = [fmt(w["ratios"].get(k), 2 if "floor" in k else 1) + ("x" if k in w["ratios"] else "")
                  for k in RATIO_KEYS]
         lines.append(f"| {wname} | " + " | ".join(cells) + " |")
     lines += ["",
@@ -546,7 +632,7 @@ def markdown(results: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-RATIO_KEYS = ["micrograd/pygrad fwd", "micrograd/pygrad bwd",
+RATIO_KEYS = ["pygrad/floor fwd", "micrograd/pygrad fwd", "micrograd/pygrad bwd",
               "reference/pygrad fwd", "reference/pygrad bwd",
               "torch/pygrad fwd", "torch/pygrad bwd"]
 
@@ -559,7 +645,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     ap.add_argument("--repeats", type=int, default=None, help="repeats per engine (default 5)")
     ap.add_argument("--ops", type=int, default=None, help="ops per workload (default 200000)")
     ap.add_argument("--seed", type=int, default=20240601)
-    ap.add_argument("--engines", default="pygrad,reference,micrograd,torch")
+    ap.add_argument("--engines", default="pygrad,floor,reference,micrograd,torch",
+                    help="'floor' is the interpreter floor (forward only)")
     ap.add_argument("--workloads", default="chain,dag")
     ap.add_argument("--no-heap", action="store_true", help="skip the tracemalloc pass")
     ap.add_argument("--json", metavar="PATH", default=None, help="write results as JSON")
@@ -616,7 +703,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         heap = {}
         if not args.no_heap:
             for e in engines:
-                heap[e.name] = python_heap_per_op(plan, e)
+                if not e.forward_only:
+                    heap[e.name] = python_heap_per_op(plan, e)
         w["description"] = plan.describe()
         w["verification"] = ver
         w["python_heap_bytes_per_op"] = heap

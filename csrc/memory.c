@@ -186,10 +186,6 @@ int pg_unmap(void *p, size_t size) {
     return 0;
 }
 
-static int seg_valid(uint32_t sid) {
-    return sid > 0 && sid < PG_MAX_SEGS && pg_segtab[sid] != NULL;
-}
-
 /* A freed leaf slot goes back to its segment's free list; the last empty
  * leaf segment is kept as the pool's spare, so that a loop making and
  * dropping leaves doesn't open a (newer) segment every step. */
@@ -345,16 +341,12 @@ int32_t pg_hold(pg_claim *c, uint32_t h) {
     return rc;
 }
 
-int32_t pg_alloc_nodes(uint32_t sid, uint32_t count) {
-    if (!seg_valid(sid)) return PG_E_ARG;
-    pg_seg *seg = pg_segtab[sid];
-    if (!seg->claimed || seg->leaf) return PG_E_ARG;
-    if (seg->used + count > PG_SEG_NODES) return PG_E_FULL;
+int32_t pg_take_nodes(pg_seg *seg, uint32_t count) {
     uint32_t off = seg->used;
     seg->used += count;
     seg->live += count;
     live_nodes += count;
-    return (int32_t)((sid << PG_SEG_BITS) | off);
+    return (int32_t)((seg->sid << PG_SEG_BITS) | off);
 }
 
 uint32_t *pg_alloc_edges(uint32_t sid, uint32_t count) {
@@ -374,19 +366,6 @@ uint32_t *pg_alloc_edges(uint32_t sid, uint32_t count) {
     return e;
 }
 
-int pg_handle_valid(uint32_t h) {
-    uint32_t sid = h >> PG_SEG_BITS;
-    if (!seg_valid(sid)) return 0;
-    if ((h & (PG_SEG_NODES - 1)) >= pg_segtab[sid]->used) return 0;
-    return !(pg_N(h)->flags & PG_F_DEAD);
-}
-
-int pg_check_kid(uint32_t sid, uint32_t h) {
-    if (!pg_handle_valid(h)) return PG_E_ARG;
-    if (pg_segtab[h >> PG_SEG_BITS]->birth > pg_segtab[sid]->birth) return PG_E_FULL;
-    return 0;
-}
-
 void pg_reset_marks(void) {
     for (pg_seg *seg = newest; seg != NULL; seg = seg->older) {
         seg->reach_epoch = 0;
@@ -397,7 +376,7 @@ void pg_reset_marks(void) {
 
 uint32_t pg_seg_used(uint32_t sid) {
     pg_lock();
-    uint32_t used = seg_valid(sid) ? pg_segtab[sid]->used : 0;
+    uint32_t used = pg_seg_valid(sid) ? pg_segtab[sid]->used : 0;
     pg_unlock();
     return used;
 }

@@ -127,22 +127,48 @@ void *pg_realloc(void *p, size_t size);
 int pg_unmap(void *p, size_t size);
 void pg_lock(void);
 void pg_unlock(void);
-/* Reserve `count` consecutive slots in segment sid (lock held); returns the
- * handle of the first or PG_E_FULL / PG_E_ARG.  count 0 checks sid only. */
-int32_t pg_alloc_nodes(uint32_t sid, uint32_t count);
-/* Child list storage for an n-ary node in segment sid (lock held). */
+/* Take `count` slots of seg, which has room for them (lock held): the
+ * handle of the first.  Cannot fail: the caller checked the room. */
+int32_t pg_take_nodes(pg_seg *seg, uint32_t count);
+/* Child list storage for an n-ary node in segment sid (lock held); NULL
+ * (nothing changed) when out of memory. */
 uint32_t *pg_alloc_edges(uint32_t sid, uint32_t count);
-/* A live node's handle (lock held). */
-int pg_handle_valid(uint32_t h);
-/* May node h be a child of a node created in segment sid?  0 if so;
- * PG_E_FULL if h is in a newer segment (the caller must use a newer one);
- * PG_E_ARG if h is no live node.  Lock held. */
-int pg_check_kid(uint32_t sid, uint32_t h);
 /* Live nodes, and those whose backward is a Python closure. */
 uint64_t pg_live_nodes_locked(void);
 uint32_t pg_py_backward_nodes(void);
 /* Zero every DFS mark, when the epoch counter wraps (lock held). */
 void pg_reset_marks(void);
+
+/* Handle checks, inline: node creation makes them for every child.
+ * A live segment's id (lock held). */
+static inline int pg_seg_valid(uint32_t sid) {
+    return sid > 0 && sid < PG_MAX_SEGS && pg_segtab[sid] != NULL;
+}
+
+/* The open graph segment sid, or NULL (no such segment, a leaf segment,
+ * or one whose claim died).  Lock held. */
+static inline pg_seg *pg_graph_seg(uint32_t sid) {
+    if (!pg_seg_valid(sid)) return NULL;
+    pg_seg *seg = pg_segtab[sid];
+    return seg->claimed && !seg->leaf ? seg : NULL;
+}
+
+/* A live node's handle (lock held). */
+static inline int pg_handle_valid(uint32_t h) {
+    uint32_t sid = h >> PG_SEG_BITS;
+    if (!pg_seg_valid(sid)) return 0;
+    if ((h & (PG_SEG_NODES - 1)) >= pg_segtab[sid]->used) return 0;
+    return !(pg_N(h)->flags & PG_F_DEAD);
+}
+
+/* May node h be a child of a node created in segment sid (a live one)?  0
+ * if so; PG_E_FULL if h is in a newer segment (the caller must use a newer
+ * one); PG_E_ARG if h is no live node.  Lock held. */
+static inline int pg_check_kid(uint32_t sid, uint32_t h) {
+    if (!pg_handle_valid(h)) return PG_E_ARG;
+    if (pg_segtab[h >> PG_SEG_BITS]->birth > pg_segtab[sid]->birth) return PG_E_FULL;
+    return 0;
+}
 
 /* backward.c: every node reachable from the roots, newest first (a
  * topological order, parents before children), in a malloc'd buffer. */

@@ -2,108 +2,177 @@
  * Making nodes and reading their fields: the public API over node.h.
  * Creation takes the lock (allocation and the children's refs are shared
  * state); field reads and writes do not.
+ *
+ * Every creator takes the same three steps, under the lock:
+ *   1. validate: the segment, then every child (pg_check_kid);
+ *   2. reserve: room for all the node slots, then the edge storage (the
+ *      only step that allocates);
+ *   3. commit: take the slots, fill the nodes, link the children (refs,
+ *      the held flag), run forward.
+ * Steps 1 and 2 are begin(); every failure (PG_E_ARG, PG_E_FULL,
+ * PG_E_NOMEM) happens there, before anything has changed.  Arguments that
+ * need no lock (op, arity, sizes) are checked before it is taken.
  */
 #include <string.h>
 #include "node.h"
 
-/* A Python-held child makes its parent Python-held: the parent's Value must
- * then hold the child's Value (and so its closure) alive. */
-static uint8_t held_flag(uint32_t h) { return pg_N(h)->flags & PG_F_PY_HELD; }
+/* Steps 1 and 2 for `nodes` new slots in segment sid over the children
+ * kids[0..n) and kids2[0..n2), with `nedges` edge words (written to
+ * *edges; none when 0).  Returns the first slot's handle, not yet taken, or
+ * a PG_E_*; the slots are taken by take() once nothing can fail.  Lock held. */
+static int32_t begin(uint32_t sid, const uint32_t *kids, uint32_t n, const uint32_t *kids2,
+                     uint32_t n2, uint32_t nodes, uint32_t nedges, uint32_t **edges,
+                     pg_seg **segp) {
+    pg_seg *seg = pg_graph_seg(sid);
+    if (seg == NULL) return PG_E_ARG;
+    for (uint32_t i = 0; i < n; i++) {
+        int rc = pg_check_kid(sid, kids[i]);
+        if (rc < 0) return rc;
+    }
+    for (uint32_t i = 0; i < n2; i++) {
+        int rc = pg_check_kid(sid, kids2[i]);
+        if (rc < 0) return rc;
+    }
+    if (nodes > PG_SEG_NODES - seg->used) return PG_E_FULL;
+    if (nedges > 0 && (*edges = pg_alloc_edges(sid, nedges)) == NULL) return PG_E_NOMEM;
+    *segp = seg;
+    return 0;
+}
 
-/* What a creator returns for new node h (lock held). */
+/* Step 3's links: node n holds child c (lock held). */
+static void adopt(pg_node *n, uint32_t c) {
+    pg_node *kid = pg_N(c);
+    kid->refs++;
+    /* A Python-held child makes its parent Python-held: the parent's Value
+     * must then hold the child's Value (and so its closure) alive. */
+    n->flags |= kid->flags & PG_F_PY_HELD;
+}
+
+/* What a creator returns for new node h, or error h (lock held). */
 static int32_t made(int32_t h) {
     if (h >= 0 && (pg_N((uint32_t)h)->flags & PG_F_PY_HELD)) return PG_HELD - h;
     return h;
 }
 
-/* Fill node h of op `op` over children a (and b), lock held. */
-static void link_node(uint32_t h, int op, uint32_t a, uint32_t b, double k, uint8_t flags) {
-    pg_node *n = pg_N(h);
-    pg_node_init(n, op);
-    n->aux.k = k;
-    n->kid[0] = a;
-    pg_N(a)->refs++;
-    flags |= held_flag(a);
-    if (pg_rules[op].arity == 2) {
-        n->kid[1] = b;
-        pg_N(b)->refs++;
-        flags |= held_flag(b);
-    }
-    n->flags = flags;
-    pg_rules[op].forward(n);
-}
-
-static int32_t make(uint32_t sid, int op, int arity, uint32_t a, uint32_t b, double k,
-                    uint8_t flags) {
-    if (op < 0 || op >= PG_OP_COUNT || pg_rules[op].arity != arity) return PG_E_ARG;
+/* Unary and binary nodes: op over a (and b).  With konst, a leaf holding
+ * k is made too, in the slot before the op node, and becomes the operand
+ * b (konst 1: a op k) or a (konst 2: k op a, the leaf first). */
+static int32_t make_fixed(uint32_t sid, int op, uint32_t a, uint32_t b, double k,
+                          uint8_t flags, int konst) {
+    uint32_t kids[2] = {a, b};
+    int arity = pg_rules[op].arity;
+    uint32_t nodes = konst ? 2 : 1;
+    pg_seg *seg = NULL;
     pg_lock();
-    int32_t h = pg_alloc_nodes(sid, 0);    /* checks sid */
-    if (h >= 0) h = pg_check_kid(sid, a);
-    if (h >= 0 && arity == 2) h = pg_check_kid(sid, b);
-    if (h >= 0) h = pg_alloc_nodes(sid, 1);
-    if (h >= 0) link_node((uint32_t)h, op, a, b, k, flags);
+    int32_t h = begin(sid, kids, konst ? 1 : (uint32_t)arity, NULL, 0, nodes, 0, NULL, &seg);
+    if (h == 0) {
+        h = pg_take_nodes(seg, nodes);
+        uint32_t out = (uint32_t)h;
+        if (konst) {
+            uint32_t c = out++;
+            pg_node *leaf = pg_N(c);
+            pg_node_init(leaf, PG_OP_LEAF);
+            leaf->data = k;
+            k = 0.0;
+            if (konst == 2) kids[1] = a, kids[0] = c;
+            else kids[1] = c;
+        }
+        pg_node *n = pg_N(out);
+        pg_node_init(n, op);
+        n->aux.k = k;
+        n->flags = flags;
+        for (int i = 0; i < arity; i++) {
+            n->kid[i] = kids[i];
+            adopt(n, kids[i]);
+        }
+        pg_rules[op].forward(n);
+        h = (int32_t)out;
+    }
     h = made(h);
     pg_unlock();
     return h;
 }
 
+static int fixed_op(int op, int arity) {
+    return op >= 0 && op < PG_OP_COUNT && pg_rules[op].arity == arity;
+}
+
 int32_t pg_unary(uint32_t sid, int op, uint32_t a) {
-    if (op == PG_OP_POWK) return PG_E_ARG;
-    return make(sid, op, 1, a, 0, 0.0, 0);
+    if (!fixed_op(op, 1) || op == PG_OP_POWK) return PG_E_ARG;
+    return make_fixed(sid, op, a, 0, 0.0, 0, 0);
 }
 
 int32_t pg_binary(uint32_t sid, int op, uint32_t a, uint32_t b) {
-    return make(sid, op, 2, a, b, 0.0, 0);
+    if (!fixed_op(op, 2)) return PG_E_ARG;
+    return make_fixed(sid, op, a, b, 0.0, 0, 0);
 }
 
 int32_t pg_powk(uint32_t sid, uint32_t a, double k, int k_is_int) {
-    return make(sid, PG_OP_POWK, 1, a, 0, k, k_is_int ? PG_F_INT_EXPONENT : 0);
+    return make_fixed(sid, PG_OP_POWK, a, 0, k, k_is_int ? PG_F_INT_EXPONENT : 0, 0);
 }
 
 /* `v op k` or `k op v` with k a number: micrograd wraps k in a leaf Value;
  * this makes the leaf and the op node in one call. */
 int32_t pg_binary_k(uint32_t sid, int op, uint32_t a, double k, int k_first) {
-    if (op < 0 || op >= PG_OP_COUNT || pg_rules[op].arity != 2) return PG_E_ARG;
+    if (!fixed_op(op, 2)) return PG_E_ARG;
+    return make_fixed(sid, op, a, 0, k, 0, k_first ? 2 : 1);
+}
+
+/* N-ary nodes (n children in an edge run of nedges words, kids first):
+ * one node of op/variant with value data (if forward is 0), its flags
+ * or'ed with flags.  partials: FUNCTION's, stored after the kids. */
+static int32_t make_list(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_t n,
+                         uint32_t nedges, double data, const double *partials, uint8_t flags,
+                         int forward) {
+    uint32_t *edges = NULL;
+    pg_seg *seg = NULL;
     pg_lock();
-    int32_t h = pg_alloc_nodes(sid, 0);
-    if (h >= 0) h = pg_check_kid(sid, a);
-    if (h >= 0) {
-        h = pg_alloc_nodes(sid, 2);
-        if (h >= 0) {
-            uint32_t c = (uint32_t)h, out = c + 1;
-            pg_node *leaf = pg_N(c);
-            pg_node_init(leaf, PG_OP_LEAF);
-            leaf->data = k;
-            if (k_first) link_node(out, op, c, a, 0.0, 0);
-            else link_node(out, op, a, c, 0.0, 0);
-            h = (int32_t)out;
+    int32_t h = begin(sid, kids, n, NULL, 0, 1, nedges, &edges, &seg);
+    if (h == 0) {
+        h = pg_take_nodes(seg, 1);
+        if (partials != NULL) {
+            if (((uintptr_t)edges & 7) != 0) edges++;       /* align the doubles */
+            memcpy(pg_function_partials(edges, n), partials, (size_t)n * sizeof(double));
         }
+        if (n > 0) memcpy(edges, kids, (size_t)n * sizeof(uint32_t));
+        pg_node *node = pg_N((uint32_t)h);
+        pg_node_init(node, op);
+        node->variant = (uint16_t)variant;
+        node->data = data;
+        node->kid[0] = n;
+        node->aux.kids = edges;
+        node->flags = flags;
+        for (uint32_t i = 0; i < n; i++) adopt(node, kids[i]);
+        if (forward) pg_rules[op].forward(node);
     }
     h = made(h);
     pg_unlock();
     return h;
 }
 
-/* An n-ary node of op `op` over kids (lock taken here); forward not run. */
-static int32_t make_nary(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_t n) {
-    int32_t h = pg_alloc_nodes(sid, 0);
-    for (uint32_t i = 0; h >= 0 && i < n; i++) h = pg_check_kid(sid, kids[i]);
-    if (h >= 0) h = pg_alloc_nodes(sid, 1);
-    if (h < 0) return h;
-    pg_node *node = pg_N((uint32_t)h);
-    pg_node_init(node, PG_OP_LEAF);        /* freed as garbage if we stop here */
-    uint32_t *edges = n > 0 ? pg_alloc_edges(sid, n) : NULL;
-    if (n > 0 && edges == NULL) return PG_E_NOMEM;
-    node->op = (uint8_t)op;
-    node->variant = (uint16_t)variant;
-    node->kid[0] = n;
-    node->aux.kids = edges;
-    if (n > 0) memcpy(edges, kids, (size_t)n * sizeof(uint32_t));
-    for (uint32_t i = 0; i < n; i++) {
-        pg_N(kids[i])->refs++;
-        node->flags |= held_flag(kids[i]);
+int32_t pg_custom(uint32_t sid, double data, const uint32_t *kids, uint32_t n) {
+    return make_list(sid, PG_OP_CUSTOM, 0, kids, n, n, data, NULL, PG_F_PY_HELD, 0);
+}
+
+int32_t pg_nary(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_t n) {
+    if (op < 0 || op >= PG_OP_COUNT || pg_rules[op].arity != -1 || op == PG_OP_CUSTOM
+            || op == PG_OP_FUNCTION)
+        return PG_E_ARG;
+    if (op == PG_OP_LINEAR) {
+        uint32_t bias = (variant & PG_LINEAR_BIAS) ? 1 : 0;
+        if ((variant & ~PG_LINEAR_VARIANTS) || n == 0 || n < bias || (n - bias) % 2 != 0)
+            return PG_E_ARG;
+    } else if (n == 0 || variant != 0) {
+        return PG_E_ARG;
     }
-    return h;
+    return make_list(sid, op, variant, kids, n, n, 0.0, NULL, 0, 1);
+}
+
+int32_t pg_function(uint32_t sid, double data, const uint32_t *kids, const double *partials,
+                    uint32_t n) {
+    if (n > (UINT32_MAX - 2) / 3) return PG_E_ARG;
+    /* kids, then the partials as doubles, 8-byte aligned, in one edge run */
+    return make_list(sid, PG_OP_FUNCTION, 0, kids, n, PG_FUNCTION_EDGES(n), data, partials, 0, 0);
 }
 
 int32_t pg_linear_layer(uint32_t sid, int act, const uint32_t *params, const uint32_t *x,
@@ -111,69 +180,32 @@ int32_t pg_linear_layer(uint32_t sid, int act, const uint32_t *params, const uin
     if (act < 0 || act > PG_ACT_MASK || nout == 0 || nout > PG_SEG_NODES) return PG_E_ARG;
     if (nin > (UINT32_MAX / nout - 1) / 2) return PG_E_ARG;    /* nout * nk fits */
     uint32_t nk = 2 * nin + 1;
-    pg_lock();
-    int32_t h = pg_alloc_nodes(sid, 0);
-    for (uint32_t i = 0; h >= 0 && i < nin; i++) h = pg_check_kid(sid, x[i]);
-    for (uint32_t i = 0; h >= 0 && i < nout * (nin + 1); i++) h = pg_check_kid(sid, params[i]);
     uint32_t *edges = NULL;
-    if (h >= 0) {
-        /* Reserve first so that an error leaves nothing half made. */
-        pg_seg *seg = pg_segtab[sid];
-        if (seg->used + nout > PG_SEG_NODES) h = PG_E_FULL;
-        else if ((edges = pg_alloc_edges(sid, nout * nk)) == NULL) h = PG_E_NOMEM;
-    }
-    if (h >= 0) h = pg_alloc_nodes(sid, nout);
-    for (uint32_t j = 0; h >= 0 && j < nout; j++) {
-        uint32_t hj = (uint32_t)h + j;
-        const uint32_t *p = params + (size_t)j * (nin + 1);
-        uint32_t *e = edges + (size_t)j * nk;
-        e[0] = p[0];
-        for (uint32_t i = 0; i < nin; i++) {
-            e[1 + 2 * i] = p[1 + i];
-            e[2 + 2 * i] = x[i];
-        }
-        pg_node *node = pg_N(hj);
-        pg_node_init(node, PG_OP_LINEAR);
-        node->variant = (uint16_t)(act | PG_LINEAR_BIAS);
-        node->kid[0] = nk;
-        node->aux.kids = e;
-        for (uint32_t i = 0; i < nk; i++) {
-            pg_N(e[i])->refs++;
-            node->flags |= held_flag(e[i]);
-        }
-        pg_rules[PG_OP_LINEAR].forward(node);
-        out[j] = hj;
-    }
-    if (h >= 0) h = (pg_N((uint32_t)h)->flags & PG_F_PY_HELD) ? 1 : 0;
-    pg_unlock();
-    return h;
-}
-
-int32_t pg_function(uint32_t sid, double data, const uint32_t *kids, const double *partials,
-                    uint32_t n) {
+    pg_seg *seg = NULL;
     pg_lock();
-    /* kids, then the partials as doubles, 8-byte aligned, in one edge run */
-    int32_t h = pg_alloc_nodes(sid, 0);
-    for (uint32_t i = 0; h >= 0 && i < n; i++) h = pg_check_kid(sid, kids[i]);
-    uint32_t *edges = NULL;
-    if (h >= 0 && (edges = pg_alloc_edges(sid, PG_FUNCTION_EDGES(n))) == NULL) h = PG_E_NOMEM;
-    if (h >= 0) h = pg_alloc_nodes(sid, 1);
-    if (h >= 0) {
-        if (((uintptr_t)edges & 7) != 0) edges++;       /* align the doubles below */
-        double *d = pg_function_partials(edges, n);
-        memcpy(d, partials, (size_t)n * sizeof(double));
-        memcpy(edges, kids, (size_t)n * sizeof(uint32_t));
-        pg_node *node = pg_N((uint32_t)h);
-        pg_node_init(node, PG_OP_FUNCTION);
-        node->data = data;
-        node->kid[0] = n;
-        node->aux.kids = edges;
-        for (uint32_t i = 0; i < n; i++) {
-            pg_N(kids[i])->refs++;
-            node->flags |= held_flag(kids[i]);
+    int32_t h = begin(sid, x, nin, params, nout * (nin + 1), nout, nout * nk, &edges, &seg);
+    if (h == 0) {
+        h = pg_take_nodes(seg, nout);
+        for (uint32_t j = 0; j < nout; j++) {
+            uint32_t hj = (uint32_t)h + j;
+            const uint32_t *p = params + (size_t)j * (nin + 1);
+            uint32_t *e = edges + (size_t)j * nk;
+            e[0] = p[0];
+            for (uint32_t i = 0; i < nin; i++) {
+                e[1 + 2 * i] = p[1 + i];
+                e[2 + 2 * i] = x[i];
+            }
+            pg_node *node = pg_N(hj);
+            pg_node_init(node, PG_OP_LINEAR);
+            node->variant = (uint16_t)(act | PG_LINEAR_BIAS);
+            node->kid[0] = nk;
+            node->aux.kids = e;
+            for (uint32_t i = 0; i < nk; i++) adopt(node, e[i]);
+            pg_rules[PG_OP_LINEAR].forward(node);
+            out[j] = hj;
         }
+        h = (pg_N((uint32_t)h)->flags & PG_F_PY_HELD) ? 1 : 0;
     }
-    h = made(h);
     pg_unlock();
     return h;
 }
@@ -189,36 +221,6 @@ void pg_scatter_data(const uint32_t *h, uint32_t n, const double *in) {
 }
 void pg_fill_grad(const uint32_t *h, uint32_t n, double v) {
     for (uint32_t i = 0; i < n; i++) pg_N(h[i])->grad = v;
-}
-
-int32_t pg_custom(uint32_t sid, double data, const uint32_t *kids, uint32_t n) {
-    pg_lock();
-    int32_t h = make_nary(sid, PG_OP_CUSTOM, 0, kids, n);
-    if (h >= 0) {
-        pg_N((uint32_t)h)->data = data;
-        pg_N((uint32_t)h)->flags |= PG_F_PY_HELD;
-    }
-    h = made(h);
-    pg_unlock();
-    return h;
-}
-
-int32_t pg_nary(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_t n) {
-    if (op < 0 || op >= PG_OP_COUNT || pg_rules[op].arity != -1 || op == PG_OP_CUSTOM)
-        return PG_E_ARG;
-    if (op == PG_OP_LINEAR) {
-        uint32_t bias = (variant & PG_LINEAR_BIAS) ? 1 : 0;
-        if ((variant & ~PG_LINEAR_VARIANTS) || n == 0 || n < bias || (n - bias) % 2 != 0)
-            return PG_E_ARG;
-    } else if (n == 0 || variant != 0) {
-        return PG_E_ARG;
-    }
-    pg_lock();
-    int32_t h = make_nary(sid, op, variant, kids, n);
-    if (h >= 0) pg_rules[op].forward(pg_N((uint32_t)h));
-    h = made(h);
-    pg_unlock();
-    return h;
 }
 
 double pg_data(uint32_t h) { return pg_N(h)->data; }

@@ -74,7 +74,8 @@ int32_t pg_hold(pg_claim *c, uint32_t h);
 uint32_t pg_seg_used(uint32_t sid);
 
 /* Node creation in graph segment sid.  PG_E_FULL means: open a new
- * segment, retry. */
+ * segment, retry.  Each op also has entry points of its own, which pass
+ * no op code: see the end of this header. */
 int32_t pg_unary(uint32_t sid, int op, uint32_t a);
 int32_t pg_binary(uint32_t sid, int op, uint32_t a, uint32_t b);
 int32_t pg_binary_k(uint32_t sid, int op, uint32_t a, double k, int k_first);
@@ -205,5 +206,42 @@ uint64_t pg_segment_births(void);
 uint32_t pg_node_size(void);
 
 /* cdef-end */
+
+/*
+ * Per-op entry points: the calls Python makes most, with as few arguments
+ * as possible (each one costs cffi a conversion).  For each row CODE of
+ * ops.def:
+ *   pg_binary_CODE(sid, a, b)       a op b                  (pg_binary)
+ *   pg_binary_k_CODE(sid, a, k)     a op k, k a new leaf    (pg_binary_k)
+ *   pg_binary_rk_CODE(sid, k, a)    k op a, k a new leaf
+ *   pg_unary_CODE(sid, a)           op a                    (pg_unary)
+ * and for x ** number, pg_powk_float / pg_powk_int (pg_powk with
+ * k_is_int 0 / 1).  They are static inline so that a row's forms can be
+ * generated without the preprocessor knowing its arity: only the forms
+ * that fit it are declared to cffi (pygrad/_build.py) and so compiled; a
+ * form that does not fit would return PG_E_ARG from the generic creator.
+ */
+#define PG_OP(code, name, arity, methods, act, doc) \
+    static inline int32_t pg_binary_##code(uint32_t sid, uint32_t a, uint32_t b) { \
+        return pg_binary(sid, PG_OP_##code, a, b); \
+    } \
+    static inline int32_t pg_binary_k_##code(uint32_t sid, uint32_t a, double k) { \
+        return pg_binary_k(sid, PG_OP_##code, a, k, 0); \
+    } \
+    static inline int32_t pg_binary_rk_##code(uint32_t sid, double k, uint32_t a) { \
+        return pg_binary_k(sid, PG_OP_##code, a, k, 1); \
+    } \
+    static inline int32_t pg_unary_##code(uint32_t sid, uint32_t a) { \
+        return pg_unary(sid, PG_OP_##code, a); \
+    }
+#include "ops.def"
+#undef PG_OP
+
+static inline int32_t pg_powk_float(uint32_t sid, uint32_t a, double k) {
+    return pg_powk(sid, a, k, 0);
+}
+static inline int32_t pg_powk_int(uint32_t sid, uint32_t a, double k) {
+    return pg_powk(sid, a, k, 1);
+}
 
 #endif

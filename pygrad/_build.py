@@ -27,6 +27,23 @@ def op_codes() -> "list[tuple[str, str, int]]":
             for m in re.finditer(r'^PG_OP\((\w+),\s*"([^"]*)",\s*(-?\d+),', _read("ops.def"), re.M)]
 
 
+def entry_points() -> "list[str]":
+    """The cdef of the per-op entry points (end of csrc/pygrad.h) that fit
+    each op's arity: binary ops get three, unary ops one; x ** number has
+    its own pair (POWK takes its exponent)."""
+    lines = []
+    for code, _, arity in op_codes():
+        if arity == 2:
+            lines += [f"int32_t pg_binary_{code}(uint32_t sid, uint32_t a, uint32_t b);",
+                      f"int32_t pg_binary_k_{code}(uint32_t sid, uint32_t a, double k);",
+                      f"int32_t pg_binary_rk_{code}(uint32_t sid, double k, uint32_t a);"]
+        elif arity == 1 and code != "POWK":
+            lines.append(f"int32_t pg_unary_{code}(uint32_t sid, uint32_t a);")
+    lines += ["int32_t pg_powk_float(uint32_t sid, uint32_t a, double k);",
+              "int32_t pg_powk_int(uint32_t sid, uint32_t a, double k);"]
+    return lines
+
+
 def cdef_source() -> str:
     header = _read("pygrad.h")
     body = header.split("/* cdef-begin", 1)[1].split("/* cdef-end */", 1)[0]
@@ -34,7 +51,7 @@ def cdef_source() -> str:
     ops = op_codes()
     defines = [f"#define PG_OP_{code} {i}" for i, (code, _, _) in enumerate(ops)]
     defines.append(f"#define PG_OP_COUNT {len(ops)}")
-    return "\n".join(defines) + "\n" + body
+    return "\n".join(defines) + "\n" + body + "\n".join(entry_points()) + "\n"
 
 
 def compile_args() -> "list[str]":

@@ -25,6 +25,7 @@ _new = object.__new__
 _new_leaf = _lifetime.new_leaf
 _SEG_BITS = lib.PG_SEG_BITS
 _E_FULL, _HELD = lib.PG_E_FULL, lib.PG_HELD
+_powk_float, _powk_int = lib.pg_powk_float, lib.pg_powk_int
 
 
 class _NoSegment:
@@ -178,51 +179,98 @@ def _not_a_number(other: Any) -> Any:
     return NotImplemented
 
 
-def _binary(op: int, reflected: bool, doc: str) -> Callable[["Value", Any], "Value"]:
-    """An arithmetic dunder: Value (op) Value, Value (op) number, number (op) Value.
+def _other_operand(self: "Value", other: Any, make: Callable[..., int],
+                   make_k: Callable[..., int], swapped: bool) -> "Value":
+    """The less common operands of a binary dunder: a Value subclass, a
+    huge int, bool, Fraction, numpy scalar, or no number at all."""
+    if isinstance(other, Value):
+        if swapped:
+            return _create(make, (other, self), other._h, self._h)
+        return _create(make, (self, other), self._h, other._h)
+    k = real_or_none(other)
+    if k is None:
+        return _not_a_number(other)
+    return _create(make_k, (self,), *((k, self._h) if swapped else (self._h, k)))
 
-    With a number, micrograd wraps it in a leaf Value; ``pg_binary_k`` makes
-    that leaf and the op node in one call."""
-    binary, binary_k = lib.pg_binary, lib.pg_binary_k
-    k_first = 1 if reflected else 0
+
+def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
+    """An arithmetic dunder: self (op) Value, self (op) number.
+
+    With a number, micrograd wraps it in a leaf Value; the op's
+    ``pg_binary_k_<CODE>`` makes that leaf and the op node in one call.
+    Each op has its own C entry points, so that no op code is passed."""
+    code = op.key.upper()
+    make = getattr(lib, "pg_binary_" + code)
+    make_k = getattr(lib, "pg_binary_k_" + code)
 
     def method(self: "Value", other: Any) -> "Value":
         seg = _seg
-        if type(other) is Value or isinstance(other, Value):
-            a, b = self._h, other._h
-            if reflected:
-                a, b = b, a
-            h = binary(seg.sid, op, a, b)
-            if h < 0:
-                return _finish(h, seg, binary, (op, a, b), (self, other))
-        else:
-            k = other if type(other) is float else real_or_none(other)
-            if k is None:
-                return _not_a_number(other)
-            h = binary_k(seg.sid, op, self._h, k, k_first)
-            if h < 0:
-                return _finish(h, seg, binary_k, (op, self._h, k, k_first), (self,))
-        out = _new(Value)
-        out._h = h
-        out._s = seg
-        return out
+        t = type(other)
+        if t is Value:
+            h = make(seg.sid, self._h, other._h)
+            if h >= 0:
+                out = _new(Value)
+                out._h = h
+                out._s = seg
+                return out
+            return _finish(h, seg, make, (self._h, other._h), (self, other))
+        if t is float or t is int:
+            try:
+                # cffi turns an int into a double as float(int) does
+                h = make_k(seg.sid, self._h, other)
+            except OverflowError:
+                return _other_operand(self, other, make, make_k, False)
+            if h >= 0:
+                out = _new(Value)
+                out._h = h
+                out._s = seg
+                return out
+            return _finish(h, seg, make_k, (self._h, other), (self,))
+        return _other_operand(self, other, make, make_k, False)
 
     method.__doc__ = doc
     return method
 
 
-def _unary(op: int, doc: str) -> Callable[["Value"], "Value"]:
-    unary = lib.pg_unary
+def _binary_swapped(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
+    """A reflected dunder that keeps Python's operand order: other (op) self
+    (``__rsub__``: ``2 - v``)."""
+    code = op.key.upper()
+    make = getattr(lib, "pg_binary_" + code)
+    make_rk = getattr(lib, "pg_binary_rk_" + code)
+
+    def method(self: "Value", other: Any) -> "Value":
+        t = type(other)
+        if t is float or t is int:
+            seg = _seg
+            try:
+                h = make_rk(seg.sid, other, self._h)
+            except OverflowError:
+                return _other_operand(self, other, make, make_rk, True)
+            if h >= 0:
+                out = _new(Value)
+                out._h = h
+                out._s = seg
+                return out
+            return _finish(h, seg, make_rk, (other, self._h), (self,))
+        return _other_operand(self, other, make, make_rk, True)
+
+    method.__doc__ = doc
+    return method
+
+
+def _unary(op: _ops.Op, doc: str) -> Callable[["Value"], "Value"]:
+    make = getattr(lib, "pg_unary_" + op.key.upper())
 
     def method(self: "Value") -> "Value":
         seg = _seg
-        h = unary(seg.sid, op, self._h)
-        if h < 0:
-            return _finish(h, seg, unary, (op, self._h), (self,))
-        out = _new(Value)
-        out._h = h
-        out._s = seg
-        return out
+        h = make(seg.sid, self._h)
+        if h >= 0:
+            out = _new(Value)
+            out._h = h
+            out._s = seg
+            return out
+        return _finish(h, seg, make, (self._h,), (self,))
 
     method.__doc__ = doc
     return method
@@ -411,14 +459,29 @@ class Value(_ValueBase):
     def __pow__(self, other: Any) -> "Value":
         """self ** other: a number exponent is a constant ('**2'), a Value
         exponent is differentiated too."""
-        if isinstance(other, Value):
-            return self._pow_value(other)
-        k = real_or_none(other)
-        if k is None:
-            return _not_a_number(other)
         t = type(other)
-        is_int = 0 if t is float else 1 if t is int or isinstance(other, numbers.Integral) else 0
-        return _create(lib.pg_powk, (self,), self._h, k, is_int)
+        if t is float:
+            make, k = _powk_float, other
+        elif t is int:
+            make, k = _powk_int, other  # cffi turns it into a double as float() does
+        elif isinstance(other, Value):
+            return self._pow_value(other)
+        else:
+            k = real_or_none(other)
+            if k is None:
+                return _not_a_number(other)
+            make = _powk_int if isinstance(other, numbers.Integral) else _powk_float
+        seg = _seg
+        try:
+            h = make(seg.sid, self._h, k)
+        except OverflowError:
+            return _not_a_number(real_or_none(k))   # an int too large: ValueError
+        if h >= 0:
+            out = _new(Value)
+            out._h = h
+            out._s = seg
+            return out
+        return _finish(h, seg, make, (self._h, k), (self,))
 
     def __repr__(self) -> str:
         return f"Value(data={self.data}, grad={self.grad})"
@@ -444,9 +507,9 @@ def _add_op_methods(cls: type) -> None:
                 continue
             fn: Callable[..., Value]
             if op.arity == 1:
-                fn = _unary(op.code, m.doc)
+                fn = _unary(op, m.doc)
             elif op.arity == 2:
-                fn = _binary(op.code, m.swapped, m.doc)
+                fn = (_binary_swapped if m.swapped else _binary)(op, m.doc)
             else:
                 raise ValueError(f"op table: {op.key} has methods but arity {op.arity}")
             fn.__name__ = m.name

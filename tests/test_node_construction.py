@@ -1,0 +1,275 @@
+"""Node construction: validate -> reserve -> commit (csrc/nodes.c).
+
+Every creator either makes its node(s) whole or changes nothing: a refused
+argument or a failed allocation leaves the live-node count and the
+segment's bump index as they were.  And the per-op C entry points the
+Value methods call agree bit for bit with the reference engine."""
+import gc
+import math
+import random
+
+import pytest
+
+import pygrad
+from pygrad import Value, _ops, engine, nn, reference
+from pygrad._core import ffi, lib
+
+from helpers import assert_same_doubles, square_function
+
+Square = square_function()
+
+
+def fresh_segment() -> int:
+    """Open a new graph segment (no edge chunk yet: its first n-ary node
+    allocates one) and return its sid."""
+    gc.collect()
+    engine._open_segment()
+    return engine._seg.sid
+
+
+def counts(sid: int):
+    return lib.pg_live_nodes(), lib.pg_seg_used(sid)
+
+
+# -- each n-ary creator: the edge allocation fails, nothing changes -------------
+
+# Each build: (make its leaves, make the n-ary node from them), so that
+# the leaves exist before the graph segment is opened and the armed
+# allocation can only be the node's edge run.
+
+def build_dot(V, mod):
+    w = [V(0.5), V(-1.25), V(2.0)]
+    x = [V(0.75), V(0.5), V(-0.25)]
+    b = V(0.125)
+    return lambda: [mod.dot(w, x, b, act="tanh").data]
+
+
+def build_sum(V, mod):
+    vs = [V(0.1), V(0.2), V(0.3), V(0.4)]
+    return lambda: [mod.sum(vs).data]
+
+
+def build_custom(V, mod):
+    a, b = V(1.5), V(-2.0)
+    return lambda: [V(a.data * b.data + 1.0, (a, b), "fma").data]
+
+
+def build_layer(V, mod):
+    random.seed(7)
+    layer = nn.Layer(3, 4, engine="c" if V is Value else "reference")
+    x = [V(0.5), V(-0.25), V(1.0)]
+    return lambda: [v.data for v in layer(x)]
+
+
+def build_function(V, mod):
+    x = V(1.75)
+    if V is not Value:          # x * x by plain ops: Square's value
+        return lambda: [(x * x).data]
+    return lambda: [Square.apply(x).data]
+
+
+BUILDS = [build_dot, build_sum, build_custom, build_layer, build_function]
+
+
+@pytest.mark.parametrize("build", BUILDS, ids=lambda f: f.__name__[6:])
+def test_failed_edge_allocation_changes_nothing(build):
+    expected = build(reference.Value, reference)()
+    make = build(Value, pygrad)
+    sid = fresh_segment()
+    before = counts(sid)
+    lib.pg_fail_alloc(1)
+    try:
+        with pytest.raises(MemoryError, match="out of memory"):
+            make()
+        assert lib.pg_fail_alloc_pending() == 0, "the armed allocation was not reached"
+    finally:
+        lib.pg_fail_alloc(0)
+    gc.collect()
+    assert engine._seg.sid == sid
+    assert counts(sid) == before
+    # with memory back, the same build in the same segment gives exact values
+    assert_same_doubles(make(), expected, build.__name__)
+    assert engine._seg.sid == sid
+    assert lib.pg_seg_used(sid) > before[1]
+
+
+# -- bad input: refused before anything changes -------------------------------
+
+def _handles(*hs):
+    return ffi.new("uint32_t[]", list(hs))
+
+
+def test_every_creator_refuses_bad_input_without_changes():
+    sid = fresh_segment()
+    a, b = Value(0.5), Value(2.0)
+    keep = a * b                         # a graph node in this segment
+    bad = 0                              # handle 0 is no node
+    dead_sid = 0
+    good = keep._h
+    before = counts(sid)
+    E = lib.PG_E_ARG
+    cases = {
+        "unary op": lib.pg_unary(sid, lib.PG_OP_ADD, good),
+        "unary POWK": lib.pg_unary(sid, lib.PG_OP_POWK, good),
+        "unary kid": lib.pg_unary(sid, lib.PG_OP_EXP, bad),
+        "unary sid": lib.pg_unary(dead_sid, lib.PG_OP_EXP, good),
+        "unary leaf sid": lib.pg_unary(a._h >> lib.PG_SEG_BITS, lib.PG_OP_EXP, good),
+        "binary op": lib.pg_binary(sid, lib.PG_OP_EXP, good, good),
+        "binary op range": lib.pg_binary(sid, lib.PG_OP_COUNT, good, good),
+        "binary 2nd kid": lib.pg_binary(sid, lib.PG_OP_MUL, good, bad),
+        "binary_k op": lib.pg_binary_k(sid, lib.PG_OP_SUM, good, 1.0, 0),
+        "binary_k kid": lib.pg_binary_k(sid, lib.PG_OP_MUL, bad, 1.0, 1),
+        "powk kid": lib.pg_powk(sid, bad, 2.0, 1),
+        "entry binary": lib.pg_binary_MUL(sid, good, bad),
+        "entry binary_k": lib.pg_binary_k_SUB(sid, bad, 1.0),
+        "entry binary_rk": lib.pg_binary_rk_DIV(sid, 1.0, bad),
+        "entry unary": lib.pg_unary_TANH(sid, bad),
+        "entry powk": lib.pg_powk_float(dead_sid, good, 0.5),
+        "custom last kid": lib.pg_custom(sid, 1.0, _handles(good, good, bad), 3),
+        "nary op": lib.pg_nary(sid, lib.PG_OP_MUL, 0, _handles(good, good), 2),
+        "nary FUNCTION": lib.pg_nary(sid, lib.PG_OP_FUNCTION, 0, _handles(good), 1),
+        "nary empty": lib.pg_nary(sid, lib.PG_OP_SUM, 0, _handles(good), 0),
+        "nary variant": lib.pg_nary(sid, lib.PG_OP_SUM, 1, _handles(good), 1),
+        "nary linear odd": lib.pg_nary(sid, lib.PG_OP_LINEAR, 0, _handles(good), 1),
+        "nary last kid": lib.pg_nary(sid, lib.PG_OP_SUM, 0, _handles(good, good, bad), 3),
+        "layer act": lib.pg_linear_layer(sid, 9, _handles(good, good), _handles(good), 1, 1,
+                                         ffi.new("uint32_t[]", 1)),
+        "layer nout": lib.pg_linear_layer(sid, 0, _handles(good), _handles(), 0, 0,
+                                          ffi.new("uint32_t[]", 1)),
+        "layer x": lib.pg_linear_layer(sid, 0, _handles(good, good), _handles(bad), 1, 1,
+                                       ffi.new("uint32_t[]", 1)),
+        "layer last param": lib.pg_linear_layer(sid, 1, _handles(good, good, good, bad),
+                                                _handles(good), 1, 2, ffi.new("uint32_t[]", 2)),
+        "function last kid": lib.pg_function(sid, 1.0, _handles(good, bad),
+                                             ffi.new("double[]", [1.0, 2.0]), 2),
+        "function sid": lib.pg_function(dead_sid, 1.0, _handles(good),
+                                         ffi.new("double[]", [1.0]), 1),
+    }
+    for what, rc in cases.items():
+        assert rc == E, f"{what}: {rc}"
+        assert counts(sid) == before, what
+    # the segment is still usable, and makes exact values
+    assert (keep + 1.0).data == 2.0
+    assert lib.pg_seg_used(sid) == before[1] + 2
+
+
+def test_full_segment_is_refused_without_changes():
+    """PG_E_FULL (no room for every slot) is found before anything changes:
+    a layer of 3 outputs does not fit 2 free slots, and takes none."""
+    sid = fresh_segment()
+    x = Value(0.5)
+    keep = x * 1.0
+    while lib.pg_seg_used(sid) < lib.PG_SEG_NODES - 2:
+        keep = keep * 1.0
+    params = _handles(*([keep._h] * 6))
+    out = ffi.new("uint32_t[]", 3)
+    before = counts(sid)
+    assert lib.pg_linear_layer(sid, 0, params, _handles(keep._h), 1, 3, out) == lib.PG_E_FULL
+    assert lib.pg_binary_k_MUL(sid, keep._h, 2.0) >= 0      # 2 slots: leaf + node fit
+    assert lib.pg_binary_k_MUL(sid, keep._h, 2.0) == lib.PG_E_FULL
+    assert lib.pg_live_nodes() == before[0] + 2
+    assert lib.pg_seg_used(sid) == lib.PG_SEG_NODES
+
+
+# -- per-op entry points --------------------------------------------------------
+
+def _numbers_for(op):
+    if op.key in ("log", "log2", "log10", "sqrt", "acosh"):
+        return 1.5, 2.25
+    if op.key in ("asin", "acos", "atanh"):
+        return 0.25, -0.5
+    return 0.75, -1.25
+
+
+def _rk(method: str) -> bool:
+    return method.startswith("__r")
+
+
+def test_every_method_op_has_its_entry_points():
+    for op in _ops.METHOD_OPS:
+        code = op.key.upper()
+        if op.arity == 2:
+            for form in ("pg_binary_", "pg_binary_k_", "pg_binary_rk_"):
+                assert callable(getattr(lib, form + code)), form + code
+        elif op.code == lib.PG_OP_POWK:
+            assert callable(lib.pg_powk_float) and callable(lib.pg_powk_int)
+        else:
+            assert op.arity == 1
+            assert callable(getattr(lib, "pg_unary_" + code)), code
+        for form in ("pg_unary_", "pg_binary_", "pg_binary_k_", "pg_binary_rk_"):
+            if (op.arity == 2) != (form != "pg_unary_") or op.code == lib.PG_OP_POWK:
+                assert not hasattr(lib, form + code), f"{form}{code} does not fit {op.key}"
+
+
+def _same(c, r, what):
+    assert_same_doubles([c.data], [r.data], what)
+    assert c._op == r._op, what
+
+
+@pytest.mark.parametrize("op", _ops.METHOD_OPS, ids=lambda op: op.key)
+def test_entry_points_agree_with_reference(op):
+    x, y = _numbers_for(op)
+    for m in op.methods:
+        name = m.name
+        if op.arity == 1:
+            if name == "__pow__":
+                for k in (2, 3, 0.5, -1.5, True, 2.0):
+                    c, r = Value(x) ** k, reference.Value(x) ** k
+                    _same(c, r, f"{x} ** {k!r}")
+                    c.backward(), r.backward()
+                continue
+            c = getattr(Value(x), name)()
+            r = getattr(reference.Value(x), name)()
+            _same(c, r, f"{name}({x})")
+            continue
+        cases = []
+        cv, rv = Value(x), reference.Value(x)
+        if not _rk(name):
+            # Value (op) Value, Value (op) number
+            cases.append((getattr(cv, name)(Value(y)), getattr(rv, name)(reference.Value(y)),
+                          f"V {name} V"))
+        if name != "_pow_value":        # takes Values only (__pow__ picks it)
+            cases.append((getattr(cv, name)(y), getattr(rv, name)(y), f"V {name} {y}"))
+        for c, r, what in cases:
+            _same(c, r, what)
+    # operators as written, each operand order
+    sym = {"add": "+", "mul": "*", "sub": "-", "truediv": "/", "pow": "**"}
+    dunder = op.methods[0].name.strip("_")
+    if op.arity == 2 and dunder in sym or op.key == "pow":
+        s = sym["pow" if op.key == "pow" else dunder]
+        a, b = abs(x), y
+        for lhs, rhs in ((f"Value({a})", f"Value({b})"), (f"Value({a})", repr(b)),
+                         (repr(a), f"Value({b})")):
+            c = eval(f"{lhs} {s} {rhs}", {"Value": Value})
+            r = eval(f"{lhs} {s} {rhs}", {"Value": reference.Value})
+            _same(c, r, f"{lhs} {s} {rhs}")
+            c.backward()
+            r.backward()
+
+
+def test_number_operands_of_every_kind():
+    """ints, bools, Fractions and numpy scalars become the leaf of a
+    number operand, in the one C call; non-numbers are refused."""
+    from fractions import Fraction
+    ks = [3, True, Fraction(1, 3), 2 ** 70, 2 ** 53 + 1, -7]
+    try:
+        import numpy as np
+        ks += [np.float64(0.3), np.int32(5), np.float32(0.25)]
+    except ImportError:
+        pass
+    for k in ks:
+        for expr in ("v + k", "k + v", "v - k", "k - v", "v * k", "k * v", "v / k", "k / v",
+                     "v ** k", "k ** v"):
+            c = eval(expr, {"v": Value(1.25), "k": k})
+            r = eval(expr, {"v": reference.Value(1.25), "k": k})
+            _same(c, r, f"{expr} with k = {k!r}")
+    for bad in ("2", None, [1.0], 1j):
+        for expr in ("v + k", "k * v", "v ** k", "k ** v"):
+            with pytest.raises(TypeError):
+                eval(expr, {"v": Value(1.0), "k": bad})
+    with pytest.raises(TypeError, match="another engine"):
+        Value(1.0) * reference.Value(2.0)
+    for expr in ("v ** k", "v * k", "k * v", "v - k", "k - v"):
+        with pytest.raises(ValueError, match="too large"):
+            eval(expr, {"v": Value(1.0), "k": 10 ** 400})
+    assert math.isnan((Value(-1.0) ** 0.5).data)
