@@ -3,9 +3,8 @@
  * re-run in C.
  *
  * Compiling lays the graph out in creation order (children first), one
- * slot per node, with each node's data and grad in two arrays (structure
- * of arrays) and each interior node one step (program.h) naming its
- * children by slot.  The sweeps then read 8-byte neighbours instead of
+ * slot per node, with the nodes' data and grads in one compact array and
+ * each interior node one step (program.h) naming its children by slot.  The sweeps then read 8-byte neighbours instead of
  * 48-byte nodes spread over segments.  The nodes stay the truth the user
  * sees: forward() writes every node's data back, backward() every node's
  * grad, so Python Values of the graph (the loss, the scores) show the
@@ -30,7 +29,7 @@ typedef struct flat {
     pg_node **leaf_node;
     size_t nleaves;
     uint32_t root;            /* the root's slot */
-    double *d, *g;            /* per slot; g is all 0 between calls */
+    double *d, *g;            /* per slot, interleaved (see lay_out); g is all 0 between calls */
     pg_rows *rows;            /* per step of a rule that works on rows */
     const double **x;         /* their children's data, grads and strides */
     double **gx;
@@ -76,7 +75,7 @@ static int plain(int op) {
 
 static void flat_free(flat *f) {
     if (f == NULL) return;
-    free(f->steps); free(f->leaf); free(f->leaf_node); free(f->d); free(f->g);
+    free(f->steps); free(f->leaf); free(f->leaf_node); free(f->d);
     free(f->rows); free(f->x); free(f->gx); free(f->ones);
     free(f);
 }
@@ -110,17 +109,21 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
     }
     int32_t rc = 0;
     if (!(ALLOC(f->steps, nsteps) && ALLOC(f->leaf, nleaves) && ALLOC(f->leaf_node, nleaves) &&
-          ALLOC(f->d, n) && ALLOC(f->g, n) && ALLOC(f->rows, nrows) && ALLOC(f->x, edges) &&
+          ALLOC(f->d, 2 * n) && ALLOC(f->rows, nrows) && ALLOC(f->x, edges) &&
           ALLOC(f->gx, edges) && ALLOC(f->ones, most)))
         rc = PG_E_NOMEM;
     for (size_t j = 0; rc == 0 && j < most; j++) f->ones[j] = 1;
+    /* Slot s's data is d[2s] and its grad g[2s] = d[2s + 1]: a step reads
+     * and writes a child's data and grad together, so one cache line
+     * serves both.  Steps and leaves name slots by that index, 2s. */
+    if (rc == 0) f->g = f->d + 1;
     size_t st = 0, lf = 0, rw = 0, e = 0;
     for (size_t s = 0; rc == 0 && s < n; s++) {        /* creation order */
         uint32_t h = order[n - 1 - s];
         pg_node *node = pg_N(h);
-        f->d[s] = node->data;
+        f->d[2 * s] = node->data;
         if (is_leaf(node)) {
-            f->leaf[lf] = (uint32_t)s;
+            f->leaf[lf] = (uint32_t)(2 * s);
             f->leaf_node[lf++] = node;
             continue;
         }
@@ -128,11 +131,11 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
         uint32_t nk = pg_children(node, &kids);
         pg_step *p = &f->steps[st++];
         p->op = node->op;
-        p->s = (uint32_t)s;
+        p->s = (uint32_t)(2 * s);
         p->node = node;
         if (plain(node->op)) {
-            p->a = pg_slot_find(map, n, kids[0]);
-            p->b = nk > 1 ? pg_slot_find(map, n, kids[1]) : p->a;
+            p->a = 2 * pg_slot_find(map, n, kids[0]);
+            p->b = nk > 1 ? 2 * pg_slot_find(map, n, kids[1]) : p->a;
             continue;
         }
         /* One row: every stride 1 at row 0 is the value itself. */
@@ -141,8 +144,8 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
         r->k = node->aux.k;
         r->nk = nk;
         r->variant = node->variant;
-        r->y = &f->d[s];
-        r->gy = &f->g[s];
+        r->y = &f->d[2 * s];
+        r->gy = &f->g[2 * s];
         r->x = f->x + e;
         r->gx = f->gx + e;
         r->xs = f->ones;
@@ -150,15 +153,15 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
         r->tmp = &f->tmp;
         for (uint32_t k = 0; k < nk; k++, e++) {
             uint32_t c = pg_slot_find(map, n, kids[k]);
-            f->x[e] = &f->d[c];
-            f->gx[e] = &f->g[c];
+            f->x[e] = &f->d[2 * c];
+            f->gx[e] = &f->g[2 * c];
         }
         p->rows = r;
     }
     f->n = n;
     f->nsteps = nsteps;
     f->nleaves = nleaves;
-    f->root = (uint32_t)(n - 1);
+    f->root = (uint32_t)(2 * (n - 1));
     free(map);
     return rc;
 }
@@ -194,8 +197,12 @@ double pg_program_forward(pg_program *p) {
 
 void pg_program_backward(pg_program *p) {
     flat *f = p->impl;
-    read_leaves(f);        /* as node rules would: the leaves' current data */
-    for (size_t j = 0; j < f->nleaves; j++) f->g[f->leaf[j]] = f->leaf_node[j]->grad;
+    /* The leaves' current data, as node rules would read, and grads. */
+    for (size_t j = 0; j < f->nleaves; j++) {
+        const pg_node *leaf = f->leaf_node[j];
+        f->d[f->leaf[j]] = leaf->data;
+        f->g[f->leaf[j]] = leaf->grad;
+    }
     f->g[f->root] = 1.0;
     pg_steps_backward(f->steps, f->nsteps, f->d, f->g);
     for (size_t j = 0; j < f->nleaves; j++) {
