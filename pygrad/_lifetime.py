@@ -101,9 +101,20 @@ class Registry:
         refs = self.refs
         refs[v._h] = _ref(v)
         if len(refs) > 2 * self.live:
-            with self.lock:
-                self.refs = {h: r for h, r in self.refs.items() if r() is not None}
-                self.live = max(64, len(self.refs))
+            self._purge()
+
+    def _purge(self) -> None:
+        # In place, from a snapshot (list() copies without a thread switch),
+        # since other threads add without the lock: an entry is dropped only
+        # if it is still the dead one seen in the snapshot.
+        with self.lock:
+            refs = self.refs
+            if len(refs) <= 2 * self.live:
+                return
+            for h, r in list(refs.items()):
+                if r() is None and refs.get(h) is r:
+                    del refs[h]
+            self.live = max(64, len(refs))
 
     def get(self, h: int) -> Any:
         r = self.refs.get(h)
@@ -113,10 +124,13 @@ class Registry:
         self.segments[seg.sid] = weakref.ref(seg)     # a reused sid overwrites
 
     def segments_alive(self) -> List[Segment]:
-        alive = [s for s in (r() for r in list(self.segments.values())) if s is not None]
-        if len(alive) * 2 < len(self.segments):
-            with self.lock:
-                self.segments = {s.sid: weakref.ref(s) for s in alive}
+        entries = list(self.segments.items())
+        alive = [s for s in (r() for _, r in entries) if s is not None]
+        if len(alive) * 2 < len(entries):
+            with self.lock:           # in place, as in _purge
+                for sid, r in entries:
+                    if r() is None and self.segments.get(sid) is r:
+                        del self.segments[sid]
         return alive
 
     def segment(self, sid: int) -> Optional[Segment]:

@@ -96,3 +96,19 @@ def test_a_model_built_in_one_thread_trains_in_another(tier):
     expected = train_new_model(7, tier)
     model = run_in_threads(moons_model, [(7, tier)])[0]
     assert run_in_threads(train_moons, [(model, 7, tier, 30)])[0] == expected
+
+
+def test_threads_making_leaves_while_the_registry_purges(frequent_thread_switches):
+    """Leaves register themselves without a lock; the purge of dead entries
+    runs in whichever thread makes the table double.  No thread may see the
+    table change under it, and every kept Value stays the one its node
+    hands back (its parent's _prev)."""
+    def work(seed):
+        kept = []
+        for i in range(40000):
+            v = Value(float(i))
+            if i % 2 == seed % 2:       # a big table: purges take long
+                kept.append(v)
+        return [(v, (v * 1.0)._prev) for v in kept[::500]]
+    for kept in run_in_threads(work, [(k,) for k in range(4)]):
+        assert kept and all(any(p is v for p in prev) for v, prev in kept)
