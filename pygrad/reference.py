@@ -12,7 +12,6 @@ import math
 import numbers
 from typing import Any, Callable, Iterable, List, Set, Tuple, Union
 
-from . import _ieee
 from ._numbers import real_or_none, to_real
 
 __all__ = ["Value"]
@@ -26,6 +25,119 @@ _creation_counter = itertools.count()
 _LN2 = 0.6931471805599453
 _LN10 = 2.302585092994046
 _TWO_OVER_SQRT_PI = 1.1283791670955126
+
+
+# -- IEEE 754 results: C's, where Python's math raises ---------------------------
+
+_inf = math.inf
+_nan_value = math.nan
+
+
+def _ieee_div(a: float, b: float) -> float:
+    try:
+        return a / b
+    except ZeroDivisionError:
+        if a != a or a == 0.0:
+            return _nan_value
+        return math.copysign(_inf, a) * math.copysign(1.0, b)
+
+
+def _ieee_exp(x: float) -> float:
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return _inf
+
+
+def _ieee_log(x: float) -> float:
+    if x > 0.0 or x != x:
+        return math.log(x)
+    return -_inf if x == 0.0 else _nan_value
+
+
+def _odd_integer(y: float) -> bool:
+    return math.isfinite(y) and y == math.floor(y) and math.fmod(y, 2.0) != 0.0
+
+
+def _ieee_pow(x: float, y: float) -> float:
+    try:
+        return math.pow(x, y)
+    except ValueError:
+        # math.pow's domain errors: x == 0 with y < 0 (C: _inf), and a
+        # negative x with a non-integer y (C: _nan_value).
+        if x == 0.0:
+            return math.copysign(_inf, x) if _odd_integer(y) else _inf
+        return _nan_value
+    except OverflowError:
+        return -_inf if x < 0.0 and _odd_integer(y) else _inf
+
+
+def _ieee_tanh(x: float) -> float:
+    return math.tanh(x)
+
+
+# -- elementary functions: math's, with C's result where math raises ---------
+
+def _nan(x: float) -> float:
+    return _nan_value
+
+
+def _libm(f, on_value_error=_nan, on_overflow=_nan):
+    """``f`` (a math function, which calls libm) with C's results for the
+    inputs where Python raises instead: ``on_value_error(x)`` (a domain or
+    pole error), ``on_overflow(x)``."""
+    def g(x: float) -> float:
+        try:
+            return f(x)
+        except ValueError:
+            return on_value_error(x)
+        except OverflowError:
+            return on_overflow(x)
+    g.__name__ = f.__name__
+    return g
+
+
+def _signed_inf(x: float) -> float:
+    return math.copysign(_inf, x)
+
+
+def _pole_or_nan(pole: float):
+    """log-like: -_inf at the pole, _nan_value below it."""
+    return lambda x: -_inf if x == pole else _nan_value
+
+
+class _ieee:
+    """C's IEEE 754 results for Python floats.  Python raises where C returns
+    inf or nan (``1/0``, ``math.log(0)``, ``math.exp(1000)``, ``math.pow(0,
+    -1)``); these return what C's libm returns, calling the same libm
+    functions when no special case applies, so both engines agree bit for
+    bit.  A new op whose math function raises gets its line here."""
+
+    div = staticmethod(_ieee_div)
+    exp = staticmethod(_ieee_exp)
+    log = staticmethod(_ieee_log)
+    pow = staticmethod(_ieee_pow)
+    tanh = staticmethod(_ieee_tanh)
+    sin = staticmethod(_libm(math.sin))                 # math raises at +-inf: C gives nan
+    cos = staticmethod(_libm(math.cos))
+    tan = staticmethod(_libm(math.tan))
+    asin = staticmethod(_libm(math.asin))               # |x| > 1: nan
+    acos = staticmethod(_libm(math.acos))
+    atan = staticmethod(_libm(math.atan))
+    sinh = staticmethod(_libm(math.sinh, on_overflow=_signed_inf))
+    cosh = staticmethod(_libm(math.cosh, on_overflow=lambda x: _inf))
+    asinh = staticmethod(_libm(math.asinh))
+    acosh = staticmethod(_libm(math.acosh))             # x < 1: nan
+    atanh = staticmethod(_libm(math.atanh, on_value_error=lambda x: (
+        _signed_inf(x) if abs(x) == 1.0 else _nan_value)))
+    sqrt = staticmethod(_libm(math.sqrt))               # x < 0: nan
+    log2 = staticmethod(_libm(math.log2, on_value_error=_pole_or_nan(0.0)))
+    log10 = staticmethod(_libm(math.log10, on_value_error=_pole_or_nan(0.0)))
+    log1p = staticmethod(_libm(math.log1p, on_value_error=_pole_or_nan(-1.0)))
+    expm1 = staticmethod(_libm(math.expm1, on_overflow=lambda x: _inf))
+    erf = staticmethod(math.erf)
+    erfc = staticmethod(math.erfc)
+    fabs = staticmethod(math.fabs)
 
 
 class Value:

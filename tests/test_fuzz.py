@@ -78,7 +78,8 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
 
 import pygrad
 import pygrad.engine
-from pygrad import _ieee, nn, optim
+from pygrad import nn, optim
+from pygrad.reference import _ieee
 from pygrad import reference as ref
 from pygrad._core import lib
 
