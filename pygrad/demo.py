@@ -18,14 +18,30 @@ __all__ = ["main", "train_moons", "train_spiral"]
 
 
 class Progress:
-    """A self-updating line on a terminal, plain lines when piped."""
+    """A progress bar on a terminal (tqdm's, when installed: the ``demo``
+    extra brings it), plain lines every 10 steps when piped."""
 
     def __init__(self, title: str, total: int, stream: Any = None) -> None:
         self.title, self.total = title, total
         self.stream = stream or sys.stdout
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.bar: Any = None
+        if self.tty:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                pass
+            else:
+                self.bar = tqdm(total=total, desc=title, file=self.stream, unit="step",
+                                dynamic_ncols=True)
 
     def update(self, step: int, loss: float, acc: float) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"loss {loss:.4f}, accuracy {acc:.1%}", refresh=False)
+            self.bar.update(1)
+            if step + 1 == self.total:
+                self.bar.close()
+            return
         line = f"{self.title} step {step + 1:4d}/{self.total}  loss {loss:.4f}  accuracy {acc:6.1%}"
         if self.tty:
             bar = "#" * (20 * (step + 1) // self.total)

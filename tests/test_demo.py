@@ -1,5 +1,7 @@
 """The demo (python -m pygrad): it trains, and its command line works."""
+import io
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -100,3 +102,36 @@ def test_batched_tier_trains_like_the_replay_tier(task):
     np.testing.assert_allclose(b["losses"], a["losses"], rtol=1e-12)
     assert b["accuracy"] == a["accuracy"]
     assert b["tier"] == "batched"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_piped_prints_every_tenth_step():
+    out = io.StringIO()
+    bar = demo.Progress("moons", 20, out)
+    for k in range(20):
+        bar.update(k, 1.0 / (k + 1), 0.5)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and lines[-1].startswith("moons step   20/20  loss 0.0500")
+
+
+def test_progress_on_a_terminal_uses_tqdm_when_installed(monkeypatch):
+    pytest.importorskip("tqdm")
+    out = _Terminal()
+    bar = demo.Progress("spiral", 5, out)
+    for k in range(5):
+        bar.update(k, 0.25, 1.0)
+    text = out.getvalue()
+    assert "spiral" in text and "5/5" in text and "loss 0.2500, accuracy 100.0%" in text
+
+
+def test_progress_on_a_terminal_without_tqdm(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    out = _Terminal()
+    bar = demo.Progress("moons", 4, out)
+    for k in range(4):
+        bar.update(k, 0.5, 0.75)
+    assert out.getvalue().endswith("[" + "#" * 20 + "] moons step    4/4  loss 0.5000  accuracy  75.0%\n")
