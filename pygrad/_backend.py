@@ -13,16 +13,21 @@ nodes.  On the C engine each bulk operation is one C call over the Values'
 handles; the reference backend's are plain Python loops over ``.data`` and
 ``.grad``, written once here, so they also serve micrograd's Values.
 """
-import math
-from typing import Any, Iterable, List, Optional, Sequence
+from __future__ import annotations
 
-import numpy as np
+import math
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence
 
 from . import engine as _engine
 from . import functional as _functional
 from . import reference as _reference
 from ._core import ffi, lib
 from ._numbers import is_value
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from ._lazy import numpy as np
 
 __all__ = ["Backend", "C", "REFERENCE", "DEFAULT", "backend_of", "backend_named"]
 

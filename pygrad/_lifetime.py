@@ -104,14 +104,16 @@ class Registry:
             self._purge()
 
     def _purge(self) -> None:
-        # In place, from a snapshot (list() copies without a thread switch),
-        # since other threads add without the lock: an entry is dropped only
-        # if it is still the dead one seen in the snapshot.
+        # In place, from a snapshot, since other threads add without the
+        # lock: an entry is dropped only if it is still the dead one seen in
+        # the snapshot.  dict.copy() makes it in C with no thread switch
+        # (list(items) can't: its tuples may start a GC that runs other
+        # Python code); only then may the GIL move.
         with self.lock:
             refs = self.refs
             if len(refs) <= 2 * self.live:
                 return
-            for h, r in list(refs.items()):
+            for h, r in refs.copy().items():
                 if r() is None and refs.get(h) is r:
                     del refs[h]
             self.live = max(64, len(refs))
@@ -124,7 +126,7 @@ class Registry:
         self.segments[seg.sid] = weakref.ref(seg)     # a reused sid overwrites
 
     def segments_alive(self) -> List[Segment]:
-        entries = list(self.segments.items())
+        entries = self.segments.copy().items()      # a snapshot, as in _purge
         alive = [s for s in (r() for _, r in entries) if s is not None]
         if len(alive) * 2 < len(entries):
             with self.lock:           # in place, as in _purge

@@ -21,15 +21,21 @@ or gradient lives in Python (``Value(x, children, op)`` with a ``_backward``
 closure, or a ``pygrad.Function``, whose partials were captured once) make
 ``compile`` fail with a ValueError.
 """
-import threading
-from typing import Any, Iterable, Optional, Sequence, Tuple, Union
+from __future__ import annotations
 
-import numpy as np
+import threading
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Tuple, Union
+
 
 from ._core import ffi, lib
 from ._numbers import not_a_number
 from ._lifetime import extras
 from .engine import Value
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from ._lazy import numpy as np
 
 __all__ = ["compile", "Program", "Inputs"]
 

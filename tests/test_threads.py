@@ -3,6 +3,7 @@ drops the GIL around every C call, so the C core must hold its own)."""
 import random
 import sys
 import threading
+import traceback
 
 import pytest
 
@@ -48,7 +49,7 @@ def run_in_threads(fn, args_list):
         t.start()
     for t in threads:
         t.join()
-    assert not errors, errors
+    assert not errors, "".join(traceback.format_exception(errors[0]))
     return results
 
 
