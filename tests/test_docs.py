@@ -25,7 +25,7 @@ import re
 import pytest
 
 import pygrad
-from pygrad import data, demo, functional, losses, nn, optim, reference, viz
+from pygrad import boundary, data, demo, functional, losses, nn, optim, reference, viz
 from helpers import python_blocks, run_blocks
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
@@ -70,7 +70,7 @@ def _module_names():
     ``pygrad.functional.dot``, which is ``pygrad.dot``) is documented
     under any of its names."""
     qualified = [(f"pygrad.{n}", getattr(pygrad, n)) for n in pygrad.__all__]
-    for mod in (nn, optim, losses, data, viz, functional, demo):
+    for mod in (nn, optim, losses, data, viz, functional, demo, boundary):
         qualified.append((mod.__name__, mod))
         qualified += [(f"{mod.__name__}.{n}", getattr(mod, n)) for n in mod.__all__]
     # reference.__all__ lists only Value: take every public callable defined there.
