@@ -250,6 +250,20 @@ int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t 
     return 0;
 }
 
+/* Point r (its rows count and scratch set) at slot s's op and arrays. */
+static void point_rows(const batch *b, uint32_t s, pg_rows *r) {
+    uint32_t e = b->first_edge[s];
+    r->k = b->k[s];
+    r->nk = b->nk[s];
+    r->variant = b->variant[s];
+    r->y = b->data + (size_t)s * b->stride;
+    r->gy = b->grad + (size_t)s * b->stride;
+    r->x = b->x + e;
+    r->xs = b->xs + e;
+    r->gx = b->gx + e;
+    r->gxs = b->gxs + e;
+}
+
 static void run_block(batch *b, const double *rows, size_t m, double *out, const double *w) {
     const size_t B = b->stride;
     for (uint32_t c = 0; c < b->ninputs; c++) {
@@ -263,16 +277,7 @@ static void run_block(batch *b, const double *rows, size_t m, double *out, const
     r.tmp = b->tmp;
     for (uint32_t s = 0; s < b->nslots; s++) {
         if (b->op[s] == PG_OP_LEAF) continue;
-        uint32_t e = b->first_edge[s];
-        r.k = b->k[s];
-        r.nk = b->nk[s];
-        r.variant = b->variant[s];
-        r.y = b->data + (size_t)s * B;
-        r.gy = b->grad + (size_t)s * B;
-        r.x = b->x + e;
-        r.xs = b->xs + e;
-        r.gx = b->gx + e;
-        r.gxs = b->gxs + e;
+        point_rows(b, s, &r);
         pg_row_rules[b->op[s]].forward(&r);
     }
     for (uint32_t j = 0; j < b->nout; j++)
@@ -287,16 +292,7 @@ static void run_block(batch *b, const double *rows, size_t m, double *out, const
     }
     for (uint32_t s = b->nslots; s-- > 0;) {
         if (b->op[s] == PG_OP_LEAF) continue;
-        uint32_t e = b->first_edge[s];
-        r.k = b->k[s];
-        r.nk = b->nk[s];
-        r.variant = b->variant[s];
-        r.y = b->data + (size_t)s * B;
-        r.gy = b->grad + (size_t)s * B;
-        r.x = b->x + e;
-        r.xs = b->xs + e;
-        r.gx = b->gx + e;
-        r.gxs = b->gxs + e;
+        point_rows(b, s, &r);
         pg_row_rules[b->op[s]].backward(&r);
     }
     /* A leaf used more than once: its row's contributions were summed per

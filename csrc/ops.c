@@ -361,6 +361,22 @@ static void rows_forward_LINEAR(const pg_rows *r) {
     case PG_ACT_SIGMOID: for (size_t i = 0; i < r->n; i++) y[i] = sigmoid_of(y[i]); break;
     }
 }
+/* Four sums side by side, each in row order: acc[t] += v[t][i] * g[i]. */
+static void sums4(double *acc, const double *const *v, const double *g, size_t n) {
+    double a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    for (size_t i = 0; i < n; i++) {
+        double gi = g[i];
+        a0 = a0 + v[0][i] * gi;
+        a1 = a1 + v[1][i] * gi;
+        a2 = a2 + v[2][i] * gi;
+        a3 = a3 + v[3][i] * gi;
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
 /* A pair of a shared weight and a per-row input whose weight is used only
  * here: the weight's grad is one sum, in row order. */
 static int direct_pair(const pg_rows *r, uint32_t w) {
@@ -404,37 +420,12 @@ static void rows_backward_LINEAR(const pg_rows *r) {
                 acc[t] = *r->gx[j - 2 * t - 2];
                 v[t] = r->x[j - 2 * t - 1];
             }
-            if (q == 8) {
-                for (size_t i = 0; i < r->n; i++) {
-                    double gi = g[i];
-                    acc[0] = acc[0] + v[0][i] * gi;
-                    acc[1] = acc[1] + v[1][i] * gi;
-                    acc[2] = acc[2] + v[2][i] * gi;
-                    acc[3] = acc[3] + v[3][i] * gi;
-                    acc[4] = acc[4] + v[4][i] * gi;
-                    acc[5] = acc[5] + v[5][i] * gi;
-                    acc[6] = acc[6] + v[6][i] * gi;
-                    acc[7] = acc[7] + v[7][i] * gi;
-                }
-            } else if (q >= 4) {
-                for (size_t i = 0; i < r->n; i++) {
-                    double gi = g[i];
-                    acc[0] = acc[0] + v[0][i] * gi;
-                    acc[1] = acc[1] + v[1][i] * gi;
-                    acc[2] = acc[2] + v[2][i] * gi;
-                    acc[3] = acc[3] + v[3][i] * gi;
-                }
-                for (uint32_t t = 4; t < q; t++) {
-                    double a = acc[t];
-                    for (size_t i = 0; i < r->n; i++) a = a + v[t][i] * g[i];
-                    acc[t] = a;
-                }
-            } else {
-                for (uint32_t t = 0; t < q; t++) {
-                    double a = acc[t];
-                    for (size_t i = 0; i < r->n; i++) a = a + v[t][i] * g[i];
-                    acc[t] = a;
-                }
+            uint32_t u = 0;
+            for (; u + 4 <= q; u += 4) sums4(acc + u, v + u, g, r->n);
+            for (; u < q; u++) {
+                double a = acc[u];
+                for (size_t i = 0; i < r->n; i++) a = a + v[u][i] * g[i];
+                acc[u] = a;
             }
             for (uint32_t t = 0; t < q; t++) {
                 *r->gx[j - 2 * t - 2] = acc[t];
