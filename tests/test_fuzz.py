@@ -54,7 +54,7 @@ more:
   backward is that of a fresh graph: interior grads 0, the root's 1, leaves
   accumulate.
 
-The default run tries 50 examples of 30 steps (about 15 s); the slow run
+The default run tries 25 examples of 30 steps (about 10 s); the slow run
 (``pytest -m slow``, which .ci/run runs) 400.  For a long run::
 
     PYGRAD_FUZZ_EXAMPLES=20000 python -m pytest -m slow tests/test_fuzz.py
@@ -90,7 +90,7 @@ C, R = pygrad.Value, ref.Value
 import collections
 STATS = collections.Counter()
 MAX_PAIRS = 16          # keep graphs small
-EXAMPLES = 50
+EXAMPLES = 25          # the default run; the slow run takes SLOW_EXAMPLES
 SLOW_EXAMPLES = int(os.environ.get("PYGRAD_FUZZ_EXAMPLES", "400"))
 
 # -- numbers -------------------------------------------------------------------
