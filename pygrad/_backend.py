@@ -193,8 +193,7 @@ class _CBackend(Backend):
         if len(xs) != nin:
             raise ValueError(f"layer expects {nin} inputs, got {len(xs)}")
         act = lib.PG_ACT_RELU if nonlin else lib.PG_ACT_NONE
-        return _engine._make_layer(act, packed_params, self.pack(xs), nin, nout, list(params),
-                                  xs)
+        return _engine._make_layer(act, packed_params, self.pack(xs), nin, nout, params, xs)
 
     def make_function(self, name: str, data: float, values: Sequence[Any],
                       partials: Sequence[float]) -> Any:

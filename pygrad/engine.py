@@ -153,12 +153,10 @@ def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
             inputs = tuple(xs)
             return [_held(out[j], tuple(param_values[j * k:(j + 1) * k]) + inputs)
                     for j in range(nout)]
-    values = []
-    for h in out:
-        v = _new(Value)
+    values = [_new(Value) for _ in range(nout)]
+    for v, h in zip(values, out):
         v._h = h
         v._s = seg
-        values.append(v)
     return values
 
 
