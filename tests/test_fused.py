@@ -135,7 +135,7 @@ def check_same(results, names):
         assert_same_doubles(got, ref, f"{name} vs {names[0]} (data, then leaf grads)")
 
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # ---------------------------------------------------------------------------
 # bit identity with the plain-op versions

@@ -240,7 +240,7 @@ def test_same_double_is_bit_equality_with_nan_equal_nan():
     assert not same_double(math.nan, math.inf)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs())
 def test_random_dag_data_and_grad_bit_identical_between_engines(program):
     assert_engines_agree(program)
@@ -259,7 +259,7 @@ def test_deep_random_dag_data_and_grad_bit_identical_between_engines(program):
     assert_engines_agree(program)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs())
 def test_random_dag_op_names_and_child_counts_equal_between_engines(program):
     c_nodes, _ = build(C, program)
