@@ -349,7 +349,48 @@ static int shared_weights(const pg_rows *r, uint32_t j, uint32_t k) {
     return 1;
 }
 
+/* One row (a replay step): the node rule's loop over the rows' arrays. */
+static void row_forward_LINEAR(const pg_rows *r) {
+    const double *const *x = r->x;
+    uint32_t j = 2;
+    double acc;
+    if (r->variant & PG_LINEAR_BIAS) {
+        acc = x[0][0];
+        j = 1;
+    } else {
+        acc = x[0][0] * x[1][0];
+    }
+    for (; j < r->nk; j += 2) acc = acc + x[j][0] * x[j + 1][0];
+    switch (r->variant & PG_ACT_MASK) {
+    case PG_ACT_RELU: acc = relu_of(acc); break;
+    case PG_ACT_TANH: acc = tanh(acc); break;
+    case PG_ACT_SIGMOID: acc = sigmoid_of(acc); break;
+    }
+    r->y[0] = acc;
+}
+static void row_backward_LINEAR(const pg_rows *r) {
+    const double *const *x = r->x;
+    double *const *gx = r->gx;
+    double g = r->gy[0];
+    switch (r->variant & PG_ACT_MASK) {
+    case PG_ACT_RELU: g = relu_slope(r->y[0]) * g; break;
+    case PG_ACT_TANH: g = tanh_slope(r->y[0]) * g; break;
+    case PG_ACT_SIGMOID: g = sigmoid_slope(r->y[0]) * g; break;
+    }
+    uint32_t first = (r->variant & PG_LINEAR_BIAS) ? 1 : 0;
+    for (uint32_t j = r->nk; j > first; j -= 2) {
+        if (first && j - 2 == first) *gx[0] += g;
+        *gx[j - 2] += x[j - 1][0] * g;
+        *gx[j - 1] += x[j - 2][0] * g;
+    }
+    if (first && r->nk == 1) *gx[0] += g;
+}
+
 static void rows_forward_LINEAR(const pg_rows *r) {
+    if (r->n == 1) {
+        row_forward_LINEAR(r);
+        return;
+    }
     double *y = r->y;
     uint32_t j = 2;
     if (r->variant & PG_LINEAR_BIAS) {
@@ -400,6 +441,10 @@ static int direct_pair(const pg_rows *r, uint32_t w) {
 }
 
 static void rows_backward_LINEAR(const pg_rows *r) {
+    if (r->n == 1) {
+        row_backward_LINEAR(r);
+        return;
+    }
     double *g = r->tmp;
     const double *y = r->y, *gy = r->gy;
     switch (r->variant & PG_ACT_MASK) {
