@@ -77,20 +77,6 @@ void pg_batch_clear(pg_batch *p) {
     p->impl = NULL;
 }
 
-/* A leaf of the batched program: no children, data given. */
-static int is_leaf(const pg_node *n) {
-    return n->op == PG_OP_LEAF || (n->op == PG_OP_CUSTOM && n->kid[0] == 0);
-}
-
-/* Nodes whose value or gradient lives in Python can't run in C. */
-static int runnable(const pg_node *n) {
-    return is_leaf(n) || !((n->flags & PG_F_PY_BACKWARD) || n->op == PG_OP_FUNCTION ||
-                           n->op == PG_OP_CUSTOM);
-}
-
-#define ALLOC(ptr, count) \
-    (((ptr) = calloc((size_t)(count) > 0 ? (size_t)(count) : 1, sizeof *(ptr))) != NULL)
-
 /* Lay out slots (order is newest first); *bad names a node that can't run. */
 static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t *inputs,
                        const uint32_t *outputs, uint32_t *bad) {
@@ -99,7 +85,7 @@ static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t
     uint32_t *uses = NULL;    /* per slot: edges to it (+2 for an output) */
     uint32_t *shared_of = NULL;
     int32_t rc = 0;
-    if (!(map && ALLOC(col, n) && ALLOC(uses, n) && ALLOC(shared_of, n))) rc = PG_E_NOMEM;
+    if (!(map && PG_ALLOC(col, n) && PG_ALLOC(uses, n) && PG_ALLOC(shared_of, n))) rc = PG_E_NOMEM;
     for (size_t s = 0; rc == 0 && s < n; s++) col[s] = -1;
     for (uint32_t c = 0; rc == 0 && c < b->ninputs; c++) {
         uint32_t s = pg_slot_find(map, n, inputs[c]);
@@ -116,10 +102,10 @@ static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t
     size_t edges = 0;
     for (size_t s = 0; rc == 0 && s < n; s++) {
         const pg_node *node = pg_N(order[n - 1 - s]);
-        if (!runnable(node)) {
+        if (!(pg_program_leaf(node) || pg_program_runs(node))) {
             *bad = order[n - 1 - s];
             rc = PG_E_ARG;
-        } else if (!is_leaf(node)) {
+        } else if (!pg_program_leaf(node)) {
             const uint32_t *kids;
             uint32_t nk = pg_children(node, &kids);
             for (uint32_t e = 0; e < nk; e++) uses[pg_slot_find(map, n, kids[e])]++;
@@ -132,7 +118,7 @@ static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t
      * or per row, then summed after each block (used more than once). */
     uint32_t nsummed = 0, nzero = 0;
     for (size_t s = 0; rc == 0 && s < n; s++) {
-        int leaf = is_leaf(pg_N(order[n - 1 - s]));
+        int leaf = pg_program_leaf(pg_N(order[n - 1 - s]));
         if (leaf && col[s] < 0) {
             shared_of[s] = b->nshared++;
             if (uses[s] != 1) nsummed++;
@@ -147,13 +133,13 @@ static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t
         /* Not a power of two: slots a power of two apart would fall into
          * the same cache sets, and a sweep touches hundreds of them. */
         b->stride = b->block + 8;
-        if (!(ALLOC(b->op, n) && ALLOC(b->variant, n) && ALLOC(b->k, n) && ALLOC(b->nk, n) &&
-              ALLOC(b->first_edge, n) && ALLOC(b->x, edges) && ALLOC(b->xs, edges) &&
-              ALLOC(b->gx, edges) && ALLOC(b->gxs, edges) && ALLOC(b->zero_slot, nzero) &&
-              ALLOC(b->summed, nsummed) && ALLOC(b->summed_into, nsummed) && ALLOC(b->shared_node, b->nshared) &&
-              ALLOC(b->shared_data, b->nshared) && ALLOC(b->shared_grad, b->nshared) &&
-              ALLOC(b->data, n * b->stride) && ALLOC(b->grad, n * b->stride) &&
-              ALLOC(b->tmp, b->block)))
+        if (!(PG_ALLOC(b->op, n) && PG_ALLOC(b->variant, n) && PG_ALLOC(b->k, n) && PG_ALLOC(b->nk, n) &&
+              PG_ALLOC(b->first_edge, n) && PG_ALLOC(b->x, edges) && PG_ALLOC(b->xs, edges) &&
+              PG_ALLOC(b->gx, edges) && PG_ALLOC(b->gxs, edges) && PG_ALLOC(b->zero_slot, nzero) &&
+              PG_ALLOC(b->summed, nsummed) && PG_ALLOC(b->summed_into, nsummed) && PG_ALLOC(b->shared_node, b->nshared) &&
+              PG_ALLOC(b->shared_data, b->nshared) && PG_ALLOC(b->shared_grad, b->nshared) &&
+              PG_ALLOC(b->data, n * b->stride) && PG_ALLOC(b->grad, n * b->stride) &&
+              PG_ALLOC(b->tmp, b->block)))
             rc = PG_E_NOMEM;
     }
 
@@ -163,7 +149,7 @@ static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t
         b->op[s] = node->op;
         b->variant[s] = node->variant;
         b->k[s] = node->aux.k;
-        int shared = is_leaf(node) && col[s] < 0;
+        int shared = pg_program_leaf(node) && col[s] < 0;
         if (!(shared && uses[s] == 1)) b->zero_slot[b->nzero++] = (uint32_t)s;
         if (shared) {
             b->shared_node[shared_of[s]] = h;
@@ -172,7 +158,7 @@ static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t
                 b->summed[b->nsummed++] = (uint32_t)s;
             }
         }
-        if (is_leaf(node)) {
+        if (pg_program_leaf(node)) {
             b->op[s] = PG_OP_LEAF;
             continue;
         }
@@ -225,8 +211,8 @@ int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t 
         return PG_E_ARG;
     }
     batch *b = calloc(1, sizeof *b);
-    if (b == NULL || !ALLOC(b->input_slot, ninputs) || !ALLOC(b->out_slot, nout) ||
-        !ALLOC(b->out_x, nout) || !ALLOC(b->out_xs, nout)) {
+    if (b == NULL || !PG_ALLOC(b->input_slot, ninputs) || !PG_ALLOC(b->out_slot, nout) ||
+        !PG_ALLOC(b->out_x, nout) || !PG_ALLOC(b->out_xs, nout)) {
         batch_free(b);
         free(order);
         return PG_E_NOMEM;

@@ -12,6 +12,7 @@
 #define PG_PROGRAM_H
 
 #include <stddef.h>
+#include <stdlib.h>
 #include "node.h"
 
 typedef struct pg_rows {
@@ -49,6 +50,26 @@ typedef struct pg_step {
  * writes each node's grad back and leaves its own g slot at 0 again. */
 void pg_steps_forward(const pg_step *steps, size_t n, double *d);
 void pg_steps_backward(const pg_step *steps, size_t n, const double *d, double *g);
+
+/* A node a program reads as given data: a leaf, or a Python-made node
+ * without children. */
+static inline int pg_program_leaf(const pg_node *n) {
+    return n->op == PG_OP_LEAF || (n->op == PG_OP_CUSTOM && n->kid[0] == 0);
+}
+
+/* Can a program recompute it in C?  Not if its value or gradient lives in
+ * Python (a closure, a Function's captured partials, a Python-made node
+ * over children). */
+static inline int pg_program_runs(const pg_node *n) {
+    if (n->flags & PG_F_PY_BACKWARD) return 0;
+    if (n->op == PG_OP_FUNCTION) return 0;
+    return n->op != PG_OP_CUSTOM || n->kid[0] == 0;
+}
+
+/* calloc of count elements (at least one, so NULL means out of memory),
+ * into ptr; true when it worked. */
+#define PG_ALLOC(ptr, count) \
+    (((ptr) = calloc((size_t)(count) > 0 ? (size_t)(count) : 1, sizeof *(ptr))) != NULL)
 
 /* Slots by handle: a program's nodes, looked up while compiling it. */
 typedef struct pg_slot_of {

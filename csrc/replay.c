@@ -56,18 +56,6 @@ uint32_t pg_slot_find(const pg_slot_of *map, size_t n, uint32_t h) {
     return hit ? hit->slot : UINT32_MAX;
 }
 
-/* Nodes whose forward value or gradient lives in Python can't replay. */
-static int replayable(const pg_node *n) {
-    if (n->flags & PG_F_PY_BACKWARD) return 0;
-    if (n->op == PG_OP_FUNCTION) return 0;          /* partials were captured once */
-    if (n->op == PG_OP_CUSTOM && n->kid[0] > 0) return 0;
-    return 1;
-}
-
-static int is_leaf(const pg_node *n) {
-    return n->op == PG_OP_LEAF || n->op == PG_OP_CUSTOM;
-}
-
 /* The plain ops step on d and g directly; the others through a row rule. */
 static int plain(int op) {
     return pg_rules[op].arity > 0 && op != PG_OP_POWK && op != PG_OP_POW;
@@ -80,21 +68,18 @@ static void flat_free(flat *f) {
     free(f);
 }
 
-#define ALLOC(ptr, count) \
-    (((ptr) = calloc((size_t)(count) > 0 ? (size_t)(count) : 1, sizeof *(ptr))) != NULL)
-
 static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) {
     pg_slot_of *map = pg_slot_map(order, n);
     if (map == NULL) return PG_E_NOMEM;
     size_t nsteps = 0, nleaves = 0, nrows = 0, edges = 0, most = 1;
     for (size_t i = 0; i < n; i++) {
         const pg_node *node = pg_N(order[i]);
-        if (!replayable(node)) {
+        if (!pg_program_runs(node)) {
             *bad = order[i];
             free(map);
             return PG_E_ARG;
         }
-        if (is_leaf(node)) {
+        if (pg_program_leaf(node)) {
             nleaves++;
             continue;
         }
@@ -108,9 +93,9 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
         }
     }
     int32_t rc = 0;
-    if (!(ALLOC(f->steps, nsteps) && ALLOC(f->leaf, nleaves) && ALLOC(f->leaf_node, nleaves) &&
-          ALLOC(f->d, 2 * n) && ALLOC(f->rows, nrows) && ALLOC(f->x, edges) &&
-          ALLOC(f->gx, edges) && ALLOC(f->ones, most)))
+    if (!(PG_ALLOC(f->steps, nsteps) && PG_ALLOC(f->leaf, nleaves) && PG_ALLOC(f->leaf_node, nleaves) &&
+          PG_ALLOC(f->d, 2 * n) && PG_ALLOC(f->rows, nrows) && PG_ALLOC(f->x, edges) &&
+          PG_ALLOC(f->gx, edges) && PG_ALLOC(f->ones, most)))
         rc = PG_E_NOMEM;
     for (size_t j = 0; rc == 0 && j < most; j++) f->ones[j] = 1;
     /* Slot s's data is d[2s] and its grad g[2s] = d[2s + 1]: a step reads
@@ -122,7 +107,7 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
         uint32_t h = order[n - 1 - s];
         pg_node *node = pg_N(h);
         f->d[2 * s] = node->data;
-        if (is_leaf(node)) {
+        if (pg_program_leaf(node)) {
             f->leaf[lf] = (uint32_t)(2 * s);
             f->leaf_node[lf++] = node;
             continue;

@@ -98,17 +98,19 @@ def _batched(task: str, model: nn.MLP, X: np.ndarray, y: np.ndarray) -> Tuple[An
     n = len(X)
     if task == "moons":
         yi = Value(0.0)
-        prog = compile_graph([(1 + -yi * out).relu(), out], inputs=x + [yi])
+        outputs = [(1 + -yi * out).relu(), out]
+        prog = compile_graph(outputs, inputs=x + [yi])
         rows = np.column_stack([X, y])
         ps = model.parameters()
         reg = compile_graph(1e-4 * total([p * p for p in ps]))
     else:
         hot = [Value(0.0) for _ in out]
         ce = logsumexp(out) - dot(hot, out)
-        prog = compile_graph([ce] + list(out), inputs=x + hot)
+        outputs = [ce] + list(out)
+        prog = compile_graph(outputs, inputs=x + hot)
         rows = np.column_stack([X, np.eye(len(out))[y]])
         reg = None
-    w = np.zeros((n, prog.map(rows[:1]).shape[1]))
+    w = np.zeros((n, len(outputs)))
     w[:, 0] = 1.0 / n
     return prog, rows, w, reg
 
