@@ -9,6 +9,8 @@
  * so the two agree bit for bit; keep them in step.
  */
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 #include "node.h"
 #include "program.h"
 
@@ -54,11 +56,14 @@ static void backward_NONE(pg_node *n) { (void)n; }
         size_t gs = r->gxs[0];                                                       \
         for (size_t i = 0; i < r->n; i++) gx[i * gs] += bwd_##code(x[i * s], r->y[i], r->gy[i]); \
     }                                                                                \
-    static inline void step_forward_##code(const pg_step *p, double *d) {           \
+    static inline void step_forward_##code(const pg_step *p, double *d,              \
+                                           const pg_rows *rows) {                    \
+        (void)rows;                                                                  \
         d[p->s] = fwd_##code(d[p->a]);                                               \
     }                                                                                \
     static inline void step_backward_##code(const pg_step *p, const double *d, double *g, \
-                                            double gs) {                             \
+                                            double gs, const pg_rows *rows) {        \
+        (void)rows;                                                                  \
         g[p->a] += bwd_##code(d[p->a], d[p->s], gs);                                 \
     }
 
@@ -97,11 +102,14 @@ static void backward_NONE(pg_node *n) { (void)n; }
             gb[i * gsb] += bwd_b_##code(av, bv, y, g);                               \
         }                                                                            \
     }                                                                                \
-    static inline void step_forward_##code(const pg_step *p, double *d) {           \
+    static inline void step_forward_##code(const pg_step *p, double *d,              \
+                                           const pg_rows *rows) {                    \
+        (void)rows;                                                                  \
         d[p->s] = fwd_##code(d[p->a], d[p->b]);                                      \
     }                                                                                \
     static inline void step_backward_##code(const pg_step *p, const double *d, double *g, \
-                                            double gs) {                             \
+                                            double gs, const pg_rows *rows) {        \
+        (void)rows;                                                                  \
         double av = d[p->a], bv = d[p->b], y = d[p->s];                              \
         g[p->a] += bwd_a_##code(av, bv, y, gs);                                      \
         g[p->b] += bwd_b_##code(av, bv, y, gs);                                      \
@@ -162,7 +170,15 @@ UNARY_OP(LOG, log(x), g / x)
 
 /* Activations as functions of a double, shared by the unary ops and
  * LINEAR; each local gradient is written in terms of the output. */
-static inline double relu_of(double x) { return x < 0.0 ? 0.0 : x; }
+/* 0 if x < 0 else x, by a mask rather than a branch (a random sign would
+ * mispredict): the same bits as the comparison form, -0.0 and nan kept. */
+static inline double relu_of(double x) {
+    uint64_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    bits &= -(uint64_t)!(x < 0.0);
+    memcpy(&x, &bits, sizeof x);
+    return x;
+}
 static inline double relu_slope(double out) { return (double)(out > 0.0); }
 static inline double tanh_slope(double t) { return 1.0 - t * t; }
 /* Never exp of a large positive number, so no overflow to inf / inf. */
@@ -592,19 +608,39 @@ const pg_row_rule pg_row_rules[PG_OP_COUNT] = {
 };
 #undef PG_OP
 
-/* Steps of the other ops: their row rule, on one row. */
+/* POWK's and POW's steps: POWK's exponent sits in a constant slot, b. */
+static inline void step_forward_POWK(const pg_step *p, double *d, const pg_rows *rows) {
+    (void)rows;
+    d[p->s] = fwd_POWK(d[p->a], d[p->b]);
+}
+static inline void step_backward_POWK(const pg_step *p, const double *d, double *g, double gs,
+                                      const pg_rows *rows) {
+    (void)rows;
+    double k = d[p->b];
+    if (k != 0.0) g[p->a] += bwd_POWK(d[p->a], k, gs);
+}
+static inline void step_forward_POW(const pg_step *p, double *d, const pg_rows *rows) {
+    (void)rows;
+    d[p->s] = pow(d[p->a], d[p->b]);
+}
+static inline void step_backward_POW(const pg_step *p, const double *d, double *g, double gs,
+                                     const pg_rows *rows) {
+    (void)rows;
+    pow_grads(d[p->a], d[p->b], d[p->s], gs, &g[p->a], &g[p->b]);
+}
+
+/* Steps of the n-ary ops: their row rule, on one row (a indexes rows). */
 #define ROW_STEPS(code)                                                                \
-    static inline void step_forward_##code(const pg_step *p, double *d) {             \
+    static inline void step_forward_##code(const pg_step *p, double *d,               \
+                                           const pg_rows *rows) {                      \
         (void)d;                                                                       \
-        rows_forward_##code(p->rows);                                                  \
+        rows_forward_##code(&rows[p->a]);                                              \
     }                                                                                  \
     static inline void step_backward_##code(const pg_step *p, const double *d, double *g, \
-                                            double gs) {                               \
+                                            double gs, const pg_rows *rows) {          \
         (void)d; (void)g; (void)gs;                                                    \
-        rows_backward_##code(p->rows);                                                 \
+        rows_backward_##code(&rows[p->a]);                                             \
     }
-ROW_STEPS(POWK)
-ROW_STEPS(POW)
 ROW_STEPS(LINEAR)
 ROW_STEPS(SUM)
 ROW_STEPS(LOGSUMEXP)
@@ -613,31 +649,82 @@ ROW_STEPS(LEAF)
 ROW_STEPS(CUSTOM)
 ROW_STEPS(FUNCTION)
 
-/* The sweeps of a flat program: one switch over the table, each case the
- * op's inline step. */
-void pg_steps_forward(const pg_step *steps, size_t n, double *d) {
-    for (size_t i = 0; i < n; i++) {
-        const pg_step *p = &steps[i];
-        switch (p->op) {
-#define PG_OP(code, name, arity, methods, act, doc) \
-        case PG_OP_##code: step_forward_##code(p, d); break;
-#include "ops.def"
-#undef PG_OP
-        }
-        p->node->data = d[p->s];
+/*
+ * The cheap ops a random graph is mostly made of run without a jump per
+ * step: every candidate result is computed from the same operands and the
+ * step's kind picks one, so a random sequence of them costs no branch
+ * mispredictions.  The candidates are the ops' own expressions (above).
+ * A unary step's b is its own slot (read, unused; its grad slot takes the
+ * unused addend and is zeroed right after).
+ */
+int pg_step_fast_kind(int op) {
+    switch (op) {
+    case PG_OP_ADD: return PG_FAST_ADD;
+    case PG_OP_MUL: return PG_FAST_MUL;
+    case PG_OP_SUB: return PG_FAST_SUB;
+    case PG_OP_NEG: return PG_FAST_NEG;
+    case PG_OP_RELU: return PG_FAST_RELU;
+    default: return PG_FAST_NONE;
     }
 }
 
-void pg_steps_backward(const pg_step *steps, size_t n, const double *d, double *g) {
-    for (size_t i = n; i-- > 0;) {
-        const pg_step *p = &steps[i];
-        double gs = g[p->s];
-        p->node->grad = gs;
-        switch (p->op) {
+static inline void fast_forward(const pg_step *p, double *d) {
+    double a = d[p->a], b = d[p->b];
+    const double y[PG_FAST_NONE] = {fwd_ADD(a, b), fwd_MUL(a, b), fwd_SUB(a, b), fwd_NEG(a),
+                                    fwd_RELU(a)};
+    d[p->s] = y[p->fast];
+}
+
+static inline void fast_backward(const pg_step *p, const double *d, double *g, double gs) {
+    double a = d[p->a], b = d[p->b], y = d[p->s];
+    const double ga[PG_FAST_NONE] = {bwd_a_ADD(a, b, y, gs), bwd_a_MUL(a, b, y, gs),
+                                     bwd_a_SUB(a, b, y, gs), bwd_NEG(a, y, gs),
+                                     bwd_RELU(a, y, gs)};
+    const double gb[PG_FAST_NONE] = {bwd_b_ADD(a, b, y, gs), bwd_b_MUL(a, b, y, gs),
+                                     bwd_b_SUB(a, b, y, gs), 0.0, 0.0};
+    g[p->a] += ga[p->fast];
+    g[p->b] += gb[p->fast];
+}
+
+/* The sweeps of a flat program: the fast kinds by selection, the rest by
+ * one switch over the table, each case the op's inline step. */
+void pg_steps_forward(const pg_steps *ps, double *d) {
+    const pg_rows *rows = ps->rows;
+    const pg_step *step = ps->step;
+    pg_node *const *node = ps->node;
+    for (size_t i = 0, n = ps->n; i < n; i++) {
+        const pg_step *p = &step[i];
+        if (p->fast != PG_FAST_NONE) {
+            fast_forward(p, d);
+        } else {
+            switch (p->op) {
 #define PG_OP(code, name, arity, methods, act, doc) \
-        case PG_OP_##code: step_backward_##code(p, d, g, gs); break;
+            case PG_OP_##code: step_forward_##code(p, d, rows); break;
 #include "ops.def"
 #undef PG_OP
+            }
+        }
+        node[i]->data = d[p->s];
+    }
+}
+
+void pg_steps_backward(const pg_steps *ps, const double *d, double *g) {
+    const pg_rows *rows = ps->rows;
+    const pg_step *step = ps->step;
+    pg_node *const *node = ps->node;
+    for (size_t i = ps->n; i-- > 0;) {
+        const pg_step *p = &step[i];
+        double gs = g[p->s];
+        node[i]->grad = gs;
+        if (p->fast != PG_FAST_NONE) {
+            fast_backward(p, d, g, gs);
+        } else {
+            switch (p->op) {
+#define PG_OP(code, name, arity, methods, act, doc) \
+            case PG_OP_##code: step_backward_##code(p, d, g, gs, rows); break;
+#include "ops.def"
+#undef PG_OP
+            }
         }
         g[p->s] = 0.0;
     }

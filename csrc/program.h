@@ -36,20 +36,32 @@ typedef struct pg_row_rule {
 
 extern const pg_row_rule pg_row_rules[PG_OP_COUNT];
 
-/* One node of a one-row program: d[s] = op(d[a], d[b]); ops other than the
- * plain unary and binary ones run their row rule on `rows` (n = 1). */
+/* One node of a one-row program: d[s] = op(d[a], d[b]), slots as indices
+ * into the program's array.  A unary op's b is its own slot s; POWK's b is
+ * a constant slot holding its exponent; an n-ary op (LINEAR, SUM,
+ * LOGSUMEXP) runs its row rule on rows[a] (n = 1). */
 typedef struct pg_step {
-    uint8_t op;
     uint32_t s, a, b;
-    pg_node *node;            /* written back: data by forward, grad by backward */
-    const pg_rows *rows;
+    uint8_t op;
+    uint8_t fast;             /* pg_step_fast_kind(op) */
 } pg_step;
+
+/* The cheap ops run by selection instead of a jump (ops.c). */
+enum { PG_FAST_ADD, PG_FAST_MUL, PG_FAST_SUB, PG_FAST_NEG, PG_FAST_RELU, PG_FAST_NONE };
+int pg_step_fast_kind(int op);
+
+typedef struct pg_steps {
+    size_t n;
+    const pg_step *step;      /* in creation order */
+    pg_node *const *node;     /* each step's node, written back */
+    const pg_rows *rows;      /* the n-ary steps' arguments */
+} pg_steps;
 
 /* Every step in order, writing each node's data back.  Backward runs them
  * in reverse from g (the root's grad set, every other interior grad 0),
  * writes each node's grad back and leaves its own g slot at 0 again. */
-void pg_steps_forward(const pg_step *steps, size_t n, double *d);
-void pg_steps_backward(const pg_step *steps, size_t n, const double *d, double *g);
+void pg_steps_forward(const pg_steps *p, double *d);
+void pg_steps_backward(const pg_steps *p, const double *d, double *g);
 
 /* A node a program reads as given data: a leaf, or a Python-made node
  * without children. */

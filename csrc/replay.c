@@ -22,9 +22,11 @@
 #include "program.h"
 
 typedef struct flat {
-    size_t n;                 /* slots */
+    size_t n;                 /* slots of nodes; POWK's exponents follow them */
     size_t nsteps;
-    pg_step *steps;           /* interior nodes, in creation order */
+    pg_steps run;             /* interior nodes, in creation order */
+    pg_step *steps;
+    pg_node **step_node;
     uint32_t *leaf;           /* leaf slots */
     pg_node **leaf_node;
     size_t nleaves;
@@ -56,22 +58,41 @@ uint32_t pg_slot_find(const pg_slot_of *map, size_t n, uint32_t h) {
     return hit ? hit->slot : UINT32_MAX;
 }
 
-/* The plain ops step on d and g directly; the others through a row rule. */
-static int plain(int op) {
-    return pg_rules[op].arity > 0 && op != PG_OP_POWK && op != PG_OP_POW;
-}
+/* The plain ops step on d and g directly; the n-ary ones through a row rule. */
+static int plain(int op) { return pg_rules[op].arity > 0; }
 
 static void flat_free(flat *f) {
     if (f == NULL) return;
-    free(f->steps); free(f->leaf); free(f->leaf_node); free(f->d);
+    free(f->steps); free(f->step_node); free(f->leaf); free(f->leaf_node); free(f->d);
     free(f->rows); free(f->x); free(f->gx); free(f->ones);
     free(f);
+}
+
+/*
+ * Selection (ops.c) pays where a jump per op would be mispredicted, and
+ * costs latency where it would not (a chain of a few ops repeated).  A
+ * predictor that guesses each op from the two before it stands in for the
+ * CPU's: if it misses more than one step in ten, the cheap ops run by
+ * selection.
+ */
+static void choose_fast(pg_step *steps, size_t n) {
+    static const size_t ops = PG_OP_COUNT;
+    uint8_t guess[PG_OP_COUNT][PG_OP_COUNT];
+    memset(guess, 0, sizeof guess);
+    size_t misses = 0;
+    for (size_t i = 2; i < n; i++) {
+        uint8_t *g = &guess[steps[i - 2].op % ops][steps[i - 1].op % ops];
+        misses += *g != steps[i].op;
+        *g = steps[i].op;
+    }
+    if (misses * 10 <= n) return;
+    for (size_t i = 0; i < n; i++) steps[i].fast = (uint8_t)pg_step_fast_kind(steps[i].op);
 }
 
 static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) {
     pg_slot_of *map = pg_slot_map(order, n);
     if (map == NULL) return PG_E_NOMEM;
-    size_t nsteps = 0, nleaves = 0, nrows = 0, edges = 0, most = 1;
+    size_t nsteps = 0, nleaves = 0, nrows = 0, edges = 0, most = 1, nconst = 0;
     for (size_t i = 0; i < n; i++) {
         const pg_node *node = pg_N(order[i]);
         if (!pg_program_runs(node)) {
@@ -84,6 +105,7 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
             continue;
         }
         nsteps++;
+        nconst += node->op == PG_OP_POWK;
         if (!plain(node->op)) {
             const uint32_t *kids;
             uint32_t nk = pg_children(node, &kids);
@@ -93,8 +115,9 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
         }
     }
     int32_t rc = 0;
-    if (!(PG_ALLOC(f->steps, nsteps) && PG_ALLOC(f->leaf, nleaves) && PG_ALLOC(f->leaf_node, nleaves) &&
-          PG_ALLOC(f->d, 2 * n) && PG_ALLOC(f->rows, nrows) && PG_ALLOC(f->x, edges) &&
+    if (!(PG_ALLOC(f->steps, nsteps) && PG_ALLOC(f->step_node, nsteps) &&
+          PG_ALLOC(f->leaf, nleaves) && PG_ALLOC(f->leaf_node, nleaves) &&
+          PG_ALLOC(f->d, 2 * (n + nconst)) && PG_ALLOC(f->rows, nrows) && PG_ALLOC(f->x, edges) &&
           PG_ALLOC(f->gx, edges) && PG_ALLOC(f->ones, most)))
         rc = PG_E_NOMEM;
     for (size_t j = 0; rc == 0 && j < most; j++) f->ones[j] = 1;
@@ -102,7 +125,7 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
      * and writes a child's data and grad together, so one cache line
      * serves both.  Steps and leaves name slots by that index, 2s. */
     if (rc == 0) f->g = f->d + 1;
-    size_t st = 0, lf = 0, rw = 0, e = 0;
+    size_t st = 0, lf = 0, rw = 0, e = 0, kc = 2 * n;
     for (size_t s = 0; rc == 0 && s < n; s++) {        /* creation order */
         uint32_t h = order[n - 1 - s];
         pg_node *node = pg_N(h);
@@ -114,13 +137,19 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
         }
         const uint32_t *kids;
         uint32_t nk = pg_children(node, &kids);
+        f->step_node[st] = node;
         pg_step *p = &f->steps[st++];
         p->op = node->op;
+        p->fast = PG_FAST_NONE;
         p->s = (uint32_t)(2 * s);
-        p->node = node;
         if (plain(node->op)) {
             p->a = 2 * pg_slot_find(map, n, kids[0]);
-            p->b = nk > 1 ? 2 * pg_slot_find(map, n, kids[1]) : p->a;
+            p->b = nk > 1 ? 2 * pg_slot_find(map, n, kids[1]) : p->s;
+            if (node->op == PG_OP_POWK) {
+                p->b = (uint32_t)kc;
+                f->d[kc] = node->aux.k;
+                kc += 2;
+            }
             continue;
         }
         /* One row: every stride 1 at row 0 is the value itself. */
@@ -141,12 +170,14 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
             f->x[e] = &f->d[2 * c];
             f->gx[e] = &f->g[2 * c];
         }
-        p->rows = r;
+        p->a = p->b = (uint32_t)(rw - 1);
     }
     f->n = n;
     f->nsteps = nsteps;
     f->nleaves = nleaves;
     f->root = (uint32_t)(2 * (n - 1));
+    if (rc == 0) choose_fast(f->steps, nsteps);
+    f->run = (pg_steps){nsteps, f->steps, f->step_node, f->rows};
     free(map);
     return rc;
 }
@@ -169,14 +200,23 @@ int32_t pg_compile(uint32_t root, pg_program *p, uint32_t *bad_node) {
     return 0;
 }
 
+/* Leaves sit among the graph's nodes, at irregular distances: fetch ahead. */
+#define AHEAD 16
+static inline void fetch_leaf(const flat *f, size_t j) {
+    if (j + AHEAD < f->nleaves) __builtin_prefetch(f->leaf_node[j + AHEAD], 1);
+}
+
 static void read_leaves(flat *f) {
-    for (size_t j = 0; j < f->nleaves; j++) f->d[f->leaf[j]] = f->leaf_node[j]->data;
+    for (size_t j = 0; j < f->nleaves; j++) {
+        fetch_leaf(f, j);
+        f->d[f->leaf[j]] = f->leaf_node[j]->data;
+    }
 }
 
 double pg_program_forward(pg_program *p) {
     flat *f = p->impl;
     read_leaves(f);
-    pg_steps_forward(f->steps, f->nsteps, f->d);
+    pg_steps_forward(&f->run, f->d);
     return f->d[f->root];
 }
 
@@ -184,13 +224,15 @@ void pg_program_backward(pg_program *p) {
     flat *f = p->impl;
     /* The leaves' current data, as node rules would read, and grads. */
     for (size_t j = 0; j < f->nleaves; j++) {
+        fetch_leaf(f, j);
         const pg_node *leaf = f->leaf_node[j];
         f->d[f->leaf[j]] = leaf->data;
         f->g[f->leaf[j]] = leaf->grad;
     }
     f->g[f->root] = 1.0;
-    pg_steps_backward(f->steps, f->nsteps, f->d, f->g);
+    pg_steps_backward(&f->run, f->d, f->g);
     for (size_t j = 0; j < f->nleaves; j++) {
+        fetch_leaf(f, j);
         f->leaf_node[j]->grad = f->g[f->leaf[j]];
         f->g[f->leaf[j]] = 0.0;
     }

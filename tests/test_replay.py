@@ -150,3 +150,55 @@ def test_demo_tiers_give_the_same_losses_and_replay_is_the_default(capsys):
     assert demo.main(["--dataset", "moons", "--steps", "3", "--no-plot",
                       "--reference-seconds", "0"]) == 0
     assert "tier: replay" in capsys.readouterr().out
+
+
+def _random_cheap_graph(V, xs, seed, n_ops=3000):
+    """A random sequence of the cheap ops (what replay runs by selection)
+    over IEEE specials, with shared operands (x + x, x * x)."""
+    rng = random.Random(seed)
+    nodes = list(xs)
+    for _ in range(n_ops):
+        a, b = rng.choice(nodes[-40:]), rng.choice(nodes)
+        kind = rng.randrange(7)
+        if kind == 0:
+            y = a + b
+        elif kind == 1:
+            y = a * b
+        elif kind == 2:
+            y = a - b
+        elif kind == 3:
+            y = -a
+        elif kind == 4:
+            y = a.relu()
+        elif kind == 5:
+            y = a + a if rng.random() < 0.5 else a * a
+        else:
+            y = a * rng.choice([0.5, -2.0, 0.0, -0.0]) + rng.choice([1.0, -1.0, 0.0])
+        nodes.append(y)
+    return sum(nodes[-200:], V(0.0))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_random_op_sequence_replays_bit_for_bit(seed):
+    """Steps chosen by selection rather than a jump give the node rules' bits."""
+    specials = [0.0, -0.0, 1.5, -0.75, float("inf"), float("-inf"), float("nan"), 1e-300]
+    leaves = [Value(x) for x in specials]
+    out = _random_cheap_graph(Value, leaves, seed)
+    program = pygrad.compile(out)
+    rng = random.Random(seed)
+    for _ in range(3):
+        xs = [rng.choice(specials) * rng.choice([1.0, -1.0, 0.5]) for _ in specials]
+        for v, x in zip(leaves, xs):
+            v.data, v.grad = x, 0.0
+        program.forward()
+        program.backward()
+        fresh = [Value(x) for x in xs]
+        expected = _random_cheap_graph(Value, fresh, seed)
+        expected.backward()
+        assert_same_doubles([out.data] + [v.grad for v in leaves],
+                            [expected.data] + [v.grad for v in fresh])
+        ref = [RefValue(x) for x in xs]
+        ref_out = _random_cheap_graph(RefValue, ref, seed)
+        ref_out.backward()
+        assert_same_doubles([out.data] + [v.grad for v in leaves],
+                            [ref_out.data] + [v.grad for v in ref])
