@@ -210,6 +210,23 @@ int32_t pg_linear_layer(uint32_t sid, int act, const uint32_t *params, const uin
     return h;
 }
 
+int32_t pg_segment_leaves(uint32_t sid, const double *data, uint32_t n) {
+    if (n == 0 || n > PG_SEG_NODES) return PG_E_ARG;
+    pg_seg *seg = NULL;
+    pg_lock();
+    int32_t h = begin(sid, NULL, 0, NULL, 0, n, 0, NULL, &seg);
+    if (h == 0) {
+        h = pg_take_nodes(seg, n);
+        for (uint32_t i = 0; i < n; i++) {
+            pg_node *leaf = pg_N((uint32_t)h + i);
+            pg_node_init(leaf, PG_OP_LEAF);
+            leaf->data = data[i];
+        }
+    }
+    pg_unlock();
+    return h;
+}
+
 void pg_gather_data(const uint32_t *h, uint32_t n, double *out) {
     for (uint32_t i = 0; i < n; i++) out[i] = pg_N(h[i])->data;
 }

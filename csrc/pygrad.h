@@ -90,6 +90,11 @@ int32_t pg_nary(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_
  * PG_E_* (nothing made on error). */
 int32_t pg_linear_layer(uint32_t sid, int act, const uint32_t *params, const uint32_t *x,
                         uint32_t nin, uint32_t nout, uint32_t *out);
+/* n leaves in graph segment sid (data.to_values): their handles are
+ * first, first + 1, ...; returns first or a PG_E_* (nothing made on
+ * error).  Like op results, they live as long as the segment's claim or a
+ * parent holds them. */
+int32_t pg_segment_leaves(uint32_t sid, const double *data, uint32_t n);
 /* A user-defined op (pygrad.Function): value `data`, and the partial
  * derivative of it by each child, captured at forward time. */
 int32_t pg_function(uint32_t sid, double data, const uint32_t *kids, const double *partials,

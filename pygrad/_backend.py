@@ -130,6 +130,19 @@ class Backend:
         neuron's bias then weights, ``packed_params`` their ``pack``."""
         raise NotImplementedError(f"the {self.name} engine has no fused layers")
 
+    def leaves(self, data: Sequence[float]) -> List[Any]:
+        """A leaf Value for each number of ``data`` (floats)."""
+        return [self.Value(x) for x in data]
+
+    def fused_layers(self, layers: Sequence[tuple], x: Sequence[Any]) -> List[Any]:
+        """Fused layers in sequence (an MLP): ``layers`` holds each one's
+        ``fused_layer`` arguments ``(packed_params, params, nin, nout,
+        nonlin)``; the outputs of the last."""
+        out: List[Any] = list(x)
+        for args in layers:
+            out = self.fused_layer(args[0], args[1], out, *args[2:])
+        return out
+
     def make_function(self, name: str, data: float, values: Sequence[Any],
                       partials: Sequence[float]) -> Any:
         """A custom-op node (``pygrad.Function``) over ``values`` (of this
@@ -194,6 +207,24 @@ class _CBackend(Backend):
             raise ValueError(f"layer expects {nin} inputs, got {len(xs)}")
         act = lib.PG_ACT_RELU if nonlin else lib.PG_ACT_NONE
         return _engine._make_layer(act, packed_params, self.pack(xs), nin, nout, params, xs)
+
+    def leaves(self, data: Sequence[float]) -> List[Any]:
+        # Made in bulk, held by their segment like op results.
+        return _engine._make_leaves(data) if data else []
+
+    def fused_layers(self, layers: Sequence[tuple], x: Sequence[Any]) -> List[Any]:
+        # The hidden layers' outputs stay C handles (engine._make_layers).
+        V = self.Value
+        xs: List[Any] = [v if isinstance(v, V) else V(v) for v in x]
+        specs = []
+        width = len(xs)
+        for packed_params, params, nin, nout, nonlin in layers:
+            if nin != width:
+                raise ValueError(f"layer expects {nin} inputs, got {width}")
+            specs.append((lib.PG_ACT_RELU if nonlin else lib.PG_ACT_NONE, packed_params, params,
+                          nin, nout))
+            width = nout
+        return _engine._make_layers(specs, self.pack(xs), xs)
 
     def make_function(self, name: str, data: float, values: Sequence[Any],
                       partials: Sequence[float]) -> Any:

@@ -126,8 +126,11 @@ def to_values(X: Any, value_type: Optional[Callable[[float], Any]] = None) -> Li
     if arr.ndim != 2:
         raise ValueError(f"to_values needs a 2-D array (rows of features), got {arr.ndim}-D "
                          f"with shape {arr.shape}")
-    if value_type is None:
-        value_type = _backend.DEFAULT.Value
+    if value_type is None or value_type is _backend.DEFAULT.Value:
+        flat = _backend.DEFAULT.leaves(arr.ravel().tolist())
+        width = arr.shape[1]
+        return [flat[i:i + width] for i in range(0, len(flat), width)] if width else \
+            [[] for _ in range(arr.shape[0])]
     return [[value_type(x) for x in row] for row in arr.tolist()]
 
 

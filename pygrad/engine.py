@@ -9,7 +9,7 @@ any Python object; there is one Value per live node (``_prev`` hands out the
 ones you hold).
 """
 import numbers
-from typing import Any, Callable, Iterable, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Set, Tuple, Union
 
 from . import _lifetime, _ops
 from ._core import ffi, lib
@@ -157,6 +157,67 @@ def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
     for v, h in zip(values, out):
         v._h = h
         v._s = seg
+    return values
+
+
+def _make_layers(layers: "Sequence[tuple]", x: Any,
+                 xs: "Optional[Sequence[Value]]") -> "list[Value]":
+    """A stack of fused layers (pygrad.nn.MLP): ``layers`` holds each
+    layer's ``(act, params, param_values, nin, nout)``; ``x`` packs the
+    Values ``xs``.  Each layer's outputs feed the next as C handles, so only
+    the last layer's outputs become Values (``_prev`` makes the others on
+    demand).  The hidden nodes are held by the nodes above them, and until
+    those exist by ``segs``."""
+    seg = _seg
+    segs = []
+    for act, params, param_values, nin, nout in layers:
+        out = ffi.new("uint32_t[]", nout)
+        rc = lib.pg_linear_layer(seg.sid, act, params, x, nin, nout, out)
+        if rc != 0:
+            prev = seg
+            args = (act, params, x, nin, nout, out)
+            rc, seg = _retry(rc, seg, lib.pg_linear_layer, args)
+            _lifetime._check(rc, "a layer")
+            if rc == 1:       # over a Python-held node: hold the inputs' Values
+                if xs is None:
+                    xs = [_wrap(h, prev) for h in x]
+                k = nin + 1
+                inputs = tuple(xs)
+                xs = [_held(out[j], tuple(param_values[j * k:(j + 1) * k]) + inputs)
+                      for j in range(nout)]
+                x = out
+                continue
+        segs.append(seg)
+        x, xs = out, None
+    if xs is not None:
+        return list(xs)
+    values = [_new(Value) for _ in range(len(x))]
+    for v, h in zip(values, x):
+        v._h = h
+        v._s = seg
+    return values
+
+
+def _make_leaves(data: "Sequence[float]") -> "list[Value]":
+    """Leaves holding ``data`` (pygrad.data.to_values), made like op results
+    in the current segment, one C call per segment's worth: no leaf-pool
+    claim or registry entry per Value."""
+    buf = ffi.new("double[]", data)
+    values: "list[Value]" = []
+    step = lib.PG_SEG_NODES
+    for start in range(0, len(data), step):
+        n = min(step, len(data) - start)
+        args = (buf + start, n)
+        seg = _seg
+        h = lib.pg_segment_leaves(seg.sid, *args)
+        if h < 0:
+            h, seg = _retry(h, seg, lib.pg_segment_leaves, args)
+            _lifetime._check(h, "leaves")
+        for hi in range(h, h + n):
+            v = _new(Value)
+            v._h = hi
+            v._s = seg
+            values.append(v)
     return values
 
 

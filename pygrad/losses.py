@@ -51,7 +51,8 @@ def svm_hinge(scores: Sequence[Any], labels: Sequence[Any], params: Optional[Ite
     if params is not None:
         ps = list(params)
         if ps:
-            loss = loss + alpha * backend_of(ps, "svm_hinge params").sum([p * p for p in ps])
+            # sum(p * p for p in ps) as one fused node
+            loss = loss + alpha * backend_of(ps, "svm_hinge params").dot(ps, ps)
     return loss
 
 

@@ -18,7 +18,7 @@ Parameters are the Value objects made at construction: change them through
 a neuron, since layers cache their parameters' handles.
 """
 import random
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -137,20 +137,28 @@ class Layer(Module):
         self._param_values: List[Any] = []
 
     def __call__(self, x: Sequence[Any]) -> Any:
-        n0 = self.neurons[0]
-        backend = n0._backend
-        if n0.fused and backend.fuses_layers(len(self.neurons)):
-            if self._param_handles is None:
-                # The Values are kept with their packed form, so that the
-                # nodes stay alive even if a neuron's list is changed behind
-                # the cache.
-                self._param_values = [p for n in self.neurons for p in [n.b] + n.w]
-                self._param_handles = backend.pack(self._param_values)
-            out = backend.fused_layer(self._param_handles, self._param_values, x, len(n0.w),
-                                      len(self.neurons), n0.nonlin)
+        fused = self._fused_args()
+        if fused is not None:
+            packed, params, nin, nout, nonlin = fused
+            out = self.neurons[0]._backend.fused_layer(packed, params, x, nin, nout, nonlin)
         else:
             out = [n(x) for n in self.neurons]
         return out[0] if len(out) == 1 else out
+
+    def _fused_args(self) -> Optional[tuple]:
+        """``(packed_params, params, nin, nout, nonlin)`` for the backend's
+        fused_layer, or None if this layer runs neuron by neuron."""
+        n0 = self.neurons[0]
+        backend = n0._backend
+        if not (n0.fused and backend.fuses_layers(len(self.neurons))):
+            return None
+        if self._param_handles is None:
+            # The Values are kept with their packed form, so that the nodes
+            # stay alive even if a neuron's list is changed behind the cache.
+            self._param_values = [p for n in self.neurons for p in [n.b] + n.w]
+            self._param_handles = backend.pack(self._param_values)
+        return (self._param_handles, self._param_values, len(n0.w), len(self.neurons),
+                n0.nonlin)
 
     def parameters(self) -> List[Any]:
         return [p for n in self.neurons for p in n.parameters()]
@@ -184,6 +192,17 @@ class MLP(Module):
         backend_named(engine).parameters_made()
 
     def __call__(self, x: Sequence[Any]) -> Any:
+        backend = self.layers[0].neurons[0]._backend
+        fused = []
+        for layer in self.layers:
+            args = layer._fused_args()
+            if args is None or layer.neurons[0]._backend is not backend:
+                break
+            fused.append(args)
+        else:
+            # One pass in C: the hidden layers' outputs never become Values.
+            out = backend.fused_layers(fused, x)
+            return out[0] if len(out) == 1 else out
         for layer in self.layers:
             x = layer(x)
         return x

@@ -6,6 +6,8 @@ from pygrad import Value
 from pygrad import reference
 from pygrad.data import make_moons, make_spiral, make_xor, signed_labels, to_values
 
+from helpers import bits
+
 GENERATORS = [
     (make_moons, {"n_samples": 101, "noise": 0.1}, 101, 2),
     (make_spiral, {"n_per_class": 40, "n_classes": 4, "noise": 0.2}, 160, 4),
@@ -146,3 +148,42 @@ def test_signed_labels():
     _, y = make_moons(20)
     np.testing.assert_array_equal(signed_labels(y), 2.0 * y - 1.0)
     assert signed_labels([]).shape == (0,)
+
+
+def test_to_values_leaves_behave_as_leaves():
+    import pickle
+
+    from pygrad import engine
+    X = np.array([[0.5, -1.5], [2.0, 0.25], [-0.0, float("inf")]])
+    rows = to_values(X)
+    a, b = rows[0]
+    assert (a._op, a._prev, repr(a)) == ("", set(), repr(Value(0.5)))
+    assert bits(rows[2][0].data) == bits(-0.0) and rows[2][1].data == float("inf")
+    y = a * b + a
+    assert y._prev >= {a} and any(p is a for p in y._prev)      # the user's own objects
+    y.backward()
+    assert (a.grad, b.grad) == (-1.5 + 1.0, 0.5)
+    a.data, a.label, a.note = 3.0, "a", "mine"
+    assert (a.data, a.label, a.note) == (3.0, "a", "mine")
+    copy = pickle.loads(pickle.dumps(a))
+    assert (copy.data, copy.grad, copy.note) == (3.0, a.grad, "mine")
+    # kept across many graphs and settling, they keep their numbers
+    for _ in range(50):
+        t = Value(1.0)
+        for _ in range(400):
+            t = t * 1.001 + 0.5
+    engine.settle()
+    assert (a.data, b.data, a.grad, a.note) == (3.0, -1.5, -0.5, "mine")
+
+
+def test_to_values_larger_than_a_segment():
+    X = np.arange(2 * 5000, dtype=np.float64).reshape(5000, 2) / 7.0
+    rows = to_values(X)
+    assert [[v.data for v in row] for row in rows] == X.tolist()
+    s = rows[0][0] + rows[-1][1]
+    s.backward()
+    assert (rows[0][0].grad, rows[-1][1].grad, s.data) == (1.0, 1.0, X[0, 0] + X[-1, 1])
+
+
+def test_to_values_of_rows_without_columns():
+    assert to_values(np.zeros((3, 0))) == [[], [], []]

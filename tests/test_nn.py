@@ -344,3 +344,102 @@ def test_save_and_load_npz(engine, tmp_path):
     assert bits(b(x).data) == bits(a(x).data)
     with pytest.raises(ValueError):
         MLP(2, [6, 1], engine=engine).load(str(path))
+
+
+# ---------------------------------------------------------------------------
+# a fused MLP runs its layers in one pass: hidden outputs stay C handles
+
+
+def _layer_by_layer(model, x):
+    for layer in model.layers:
+        x = layer(x)
+    return x
+
+
+def test_an_mlp_pass_equals_its_layers_called_one_by_one():
+    random.seed(3)
+    model = MLP(3, [8, 5, 2])
+    x = [C(0.5), C(-1.25), C(2.0)]
+    out, by_layer = model(x), _layer_by_layer(model, x)
+    assert [o._op for o in out] == ["linear"] * 2
+    assert_same_doubles([o.data for o in out], [o.data for o in by_layer], "outputs")
+    (out[0] * out[1]).backward()
+    grads = [p.grad for p in model.parameters()] + [v.grad for v in x]
+    model.zero_grad()
+    for v in x:
+        v.grad = 0.0
+    (by_layer[0] * by_layer[1]).backward()
+    assert_same_doubles(grads, [p.grad for p in model.parameters()] + [v.grad for v in x],
+                        "grads")
+
+
+def test_an_mlps_hidden_outputs_are_reached_through_prev():
+    random.seed(5)
+    model = MLP(2, [4, 3, 1])
+    x = [C(0.75), C(-0.5)]
+    out = model(x)
+    hidden = [p for p in out._prev if p._op == "linear+ReLU"]
+    assert len(hidden) == 3
+    expected = model.layers[1](model.layers[0](x))
+    assert sorted(h.data for h in hidden) == sorted(e.data for e in expected)
+    # the same objects on a second walk, and the first layer below them
+    again = [p for p in out._prev if p._op == "linear+ReLU"]
+    assert sorted(map(id, hidden)) == sorted(map(id, again))
+    below = [q for h in hidden for q in h._prev]            # kept: one Value per node
+    first = {id(q) for q in below if q._op == "linear+ReLU"}
+    assert len(first) == 4
+    assert {id(v) for q in below for v in q._prev} >= {id(v) for v in x}
+
+
+def test_an_mlp_over_a_python_made_node_keeps_its_backward():
+    random.seed(6)
+    model = MLP(2, [3, 2, 1])
+    a = C(0.5)
+    doubled = C(2 * a.data, (a,), "double")
+
+    def _backward():
+        a.grad += 2 * doubled.grad
+    doubled._backward = _backward
+    out = model([doubled, a])
+    expected = _layer_by_layer(model, [doubled, a])
+    assert out.data == expected.data
+    out.backward()
+    got = [a.grad] + [p.grad for p in model.parameters()]
+    model.zero_grad()
+    a.grad = doubled.grad = 0.0
+    expected.backward()
+    assert_same_doubles(got, [a.grad] + [p.grad for p in model.parameters()], "grads")
+
+
+@pytest.mark.parametrize("free", [3, 16, 20, 31, 32])
+def test_an_mlp_pass_that_fills_its_segment_agrees_with_the_reference(free):
+    # A pass of MLP(2, [16, 16, 1]) makes 16 + 16 + 1 nodes: with `free`
+    # slots left in the segment, the next segment starts before layer 1, 2
+    # or 3 (then the hidden handles sit in the older segment).
+    from pygrad import engine
+    from pygrad._core import lib
+    random.seed(8)
+    c = MLP(2, [16, 16, 1])
+    random.seed(8)
+    r = MLP(2, [16, 16, 1], engine="reference")
+    one = C(1.0)
+    pad = [one * one]
+    pad += [one * one for _ in range(lib.PG_SEG_NODES - lib.pg_seg_used(engine._seg.sid) - free)]
+    assert lib.PG_SEG_NODES - lib.pg_seg_used(engine._seg.sid) == free
+    sid = engine._seg.sid
+    co = c([C(0.5), C(-0.75)])
+    ro = r([R(0.5), R(-0.75)])
+    assert engine._seg.sid != sid
+    assert co.data == ro.data
+    co.backward()
+    ro.backward()
+    assert_same_doubles([p.grad for p in c.parameters()], [p.grad for p in r.parameters()],
+                        "grads")
+    del pad
+
+
+def test_an_mlp_whose_layers_do_not_chain_raises():
+    model = MLP(2, [3, 1])
+    model.layers.append(Layer(4, 1))
+    with pytest.raises(ValueError, match="layer expects 4 inputs, got 1"):
+        model([1.0, 2.0])
