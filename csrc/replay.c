@@ -115,7 +115,8 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
         }
     }
     int32_t rc = 0;
-    if (!(PG_ALLOC(f->steps, nsteps) && PG_ALLOC(f->step_node, nsteps) &&
+    uint32_t *slot = NULL;     /* by creation index */
+    if (!(PG_ALLOC(slot, n) && PG_ALLOC(f->steps, nsteps) && PG_ALLOC(f->step_node, nsteps) &&
           PG_ALLOC(f->leaf, nleaves) && PG_ALLOC(f->leaf_node, nleaves) &&
           PG_ALLOC(f->d, 2 * (n + nconst)) && PG_ALLOC(f->rows, nrows) && PG_ALLOC(f->x, edges) &&
           PG_ALLOC(f->gx, edges) && PG_ALLOC(f->ones, most)))
@@ -123,11 +124,17 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
     for (size_t j = 0; rc == 0 && j < most; j++) f->ones[j] = 1;
     /* Slot s's data is d[2s] and its grad g[2s] = d[2s + 1]: a step reads
      * and writes a child's data and grad together, so one cache line
-     * serves both.  Steps and leaves name slots by that index, 2s. */
+     * serves both.  Steps and leaves name slots by that index, 2s.  The
+     * leaves come first, then the interior nodes, each in creation order:
+     * the passes over the leaves (reading their data and grads, writing
+     * grads back) then walk the array in order instead of all over it. */
     if (rc == 0) f->g = f->d + 1;
+    for (size_t i = 0, nl = 0, ni = nleaves; rc == 0 && i < n; i++)
+        slot[i] = (uint32_t)(pg_program_leaf(pg_N(order[n - 1 - i])) ? nl++ : ni++);
     size_t st = 0, lf = 0, rw = 0, e = 0, kc = 2 * n;
-    for (size_t s = 0; rc == 0 && s < n; s++) {        /* creation order */
-        uint32_t h = order[n - 1 - s];
+    for (size_t i = 0; rc == 0 && i < n; i++) {        /* creation order */
+        uint32_t h = order[n - 1 - i];
+        size_t s = slot[i];
         pg_node *node = pg_N(h);
         f->d[2 * s] = node->data;
         if (pg_program_leaf(node)) {
@@ -143,8 +150,8 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
         p->fast = PG_FAST_NONE;
         p->s = (uint32_t)(2 * s);
         if (plain(node->op)) {
-            p->a = 2 * pg_slot_find(map, n, kids[0]);
-            p->b = nk > 1 ? 2 * pg_slot_find(map, n, kids[1]) : p->s;
+            p->a = 2 * slot[pg_slot_find(map, n, kids[0])];
+            p->b = nk > 1 ? 2 * slot[pg_slot_find(map, n, kids[1])] : p->s;
             if (node->op == PG_OP_POWK) {
                 p->b = (uint32_t)kc;
                 f->d[kc] = node->aux.k;
@@ -166,7 +173,7 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
         r->gxs = f->ones;
         r->tmp = &f->tmp;
         for (uint32_t k = 0; k < nk; k++, e++) {
-            uint32_t c = pg_slot_find(map, n, kids[k]);
+            uint32_t c = slot[pg_slot_find(map, n, kids[k])];
             f->x[e] = &f->d[2 * c];
             f->gx[e] = &f->g[2 * c];
         }
@@ -175,9 +182,10 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
     f->n = n;
     f->nsteps = nsteps;
     f->nleaves = nleaves;
-    f->root = (uint32_t)(2 * (n - 1));
+    f->root = rc == 0 ? 2 * slot[n - 1] : 0;
     if (rc == 0) choose_fast(f->steps, nsteps);
     f->run = (pg_steps){nsteps, f->steps, f->step_node, f->rows};
+    free(slot);
     free(map);
     return rc;
 }
