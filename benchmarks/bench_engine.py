@@ -243,10 +243,17 @@ class FloorValue:
     """The interpreter floor: per op, one object from ``object.__new__``
     holding the float result; no graph.  Only what the workloads use."""
 
-    __slots__ = ("data",)
+    __slots__ = ("data", "grad")
 
-    def __init__(self, data: float) -> None:
+    def __init__(self, data: float, _children: Any = (), _op: str = "") -> None:
         self.data = data
+        self.grad = 0.0      # for micrograd's zero_grad and update (bench_nn.py)
+
+    def __neg__(self) -> "FloorValue":
+        return self * -1
+
+    def backward(self) -> None:
+        """No graph, so nothing to do: the floor is forward only."""
 
     def __add__(self, o: Any) -> "FloorValue":
         out = _new(FloorValue)

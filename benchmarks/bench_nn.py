@@ -10,6 +10,10 @@ noise=0.1), micrograd's SVM loss + 1e-4 L2, full batch, lr 1.0 - 0.9*k/100,
 Tiers:
 - micrograd:        micrograd.nn + micrograd.engine (when installed);
 - reference:        pygrad.nn on the pure-Python reference engine;
+- interpreter floor: micrograd's own nn code on bench_engine.FloorValue, an
+                    object per op holding its float and no graph (backward
+                    does nothing, so it runs the same forward every step):
+                    what no engine of Python objects can beat on this code;
 - pygrad eager:     micrograd's own nn code running on pygrad.Value (its
                     ``Value`` swapped for pygrad's), or pygrad.nn with
                     fused=False when micrograd is absent;
@@ -66,10 +70,10 @@ def sgd_in_python(model: Any) -> Callable[[int], None]:
     return update
 
 
-def run_micrograd(steps: int, eager_on_pygrad: bool = False) -> List[float]:
+def run_micrograd(steps: int, eager_on_pygrad: bool = False, value_type: Any = None) -> List[float]:
     import micrograd.nn as mnn
     from micrograd.engine import Value as MValue
-    Value = c_engine.Value if eager_on_pygrad else MValue
+    Value = value_type or (c_engine.Value if eager_on_pygrad else MValue)
     saved = mnn.Value
     mnn.Value = Value          # micrograd's nn code, on another Value class
     try:
@@ -127,6 +131,9 @@ def run_pygrad_replay(steps: int) -> List[float]:
     return history
 
 
+FLOOR = "interpreter floor (micrograd.nn on a graph-less Value, forward only)"
+
+
 def timed(fn: Callable[[int], List[float]], steps: int, repeats: int) -> Dict[str, Any]:
     times, result = [], None
     for _ in range(repeats):
@@ -156,6 +163,9 @@ def main() -> None:
         tiers["micrograd"] = timed(run_micrograd, steps, 1)
     tiers["reference"] = timed(run_reference, steps, 1)
     if has_micrograd:
+        from bench_engine import FloorValue
+        tiers[FLOOR] = timed(lambda s: run_micrograd(s, value_type=FloorValue), steps,
+                             args.repeats)
         tiers["pygrad eager (micrograd.nn on pygrad.Value)"] = timed(
             lambda s: run_micrograd(s, eager_on_pygrad=True), steps, args.repeats)
     else:
@@ -168,6 +178,8 @@ def main() -> None:
     for name, r in tiers.items():
         if name.startswith("pygrad"):
             assert r["losses"] == ref_losses, f"{name} differs from the reference engine"
+    if FLOOR in tiers:      # the same forward: its first loss is everyone's
+        assert tiers[FLOOR]["losses"][0] == ref_losses[0], "the floor computes another loss"
     print(f"# moons training, {steps} steps, MLP(2, [16, 16, 1]), GC on\n")
     print("| tier | seconds | ms/step | × faster than micrograd | × faster than reference |")
     print("| --- | ---: | ---: | ---: | ---: |")

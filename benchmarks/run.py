@@ -37,6 +37,10 @@ from pygrad import demo
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+MICROGRAD_ON_FLOOR = "interpreter floor: micrograd's nn code on a graph-less Value (forward only)"
+MICROGRAD_ON_PYGRAD = "pygrad eager: micrograd's nn code on pygrad.Value"
+
+
 def training(task: str, steps: int, repeats: int) -> Dict[str, Any]:
     """Seconds for `steps` steps per tier (median of repeats for pygrad)."""
     tiers: Dict[str, Any] = {}
@@ -50,20 +54,33 @@ def training(task: str, steps: int, repeats: int) -> Dict[str, Any]:
         tiers[name] = {"seconds": statistics.median(runs), "runs": runs, "losses": losses}
 
     timed("reference", lambda: demo.train(task, steps, engine="reference", tier="fused")["losses"], 1)
+    own = []      # tiers running micrograd's own nn and loop code
     if task == "moons":
         try:
             import micrograd  # noqa: F401 - only to know whether it is there
             timed("micrograd", lambda: bench_nn.run_micrograd(steps), 1)
+            own = [MICROGRAD_ON_FLOOR, MICROGRAD_ON_PYGRAD]
+            timed(own[0], lambda: bench_nn.run_micrograd(steps, value_type=bench_engine.FloorValue),
+                  repeats)
+            timed(own[1], lambda: bench_nn.run_micrograd(steps, eager_on_pygrad=True), repeats)
         except ImportError:
             tiers["micrograd"] = None
     for tier in ("eager", "fused", "replay", "batched"):   # eager: pygrad.nn with fused=False
         timed(f"pygrad {tier}", lambda t=tier: demo.train(task, steps, tier=t)["losses"], repeats)
     ref = tiers["reference"]["losses"]
     for name, r in tiers.items():
+        if name in own or r is None:
+            continue
         if name == "pygrad batched":    # sums over rows in row order: equal to rounding
             assert max(abs(a - b) <= 1e-12 * abs(b) for a, b in zip(r["losses"], ref)), name
         elif name.startswith("pygrad"):
             assert r["losses"] == ref, f"{task}: {name} differs from the reference engine"
+    if own:
+        # micrograd sums over sets (not bit-reproducible): equal to rounding;
+        # the floor has no backward, so only its first (forward) loss agrees
+        mg, on_pygrad = tiers["micrograd"]["losses"], tiers[own[1]]["losses"]
+        assert max(abs(a - b) <= 1e-9 * abs(b) for a, b in zip(on_pygrad, mg)), own[1]
+        assert tiers[own[0]]["losses"][0] == on_pygrad[0], own[0]
     return tiers
 
 
@@ -161,7 +178,8 @@ def plot(results: Dict[str, Any], path: str) -> str:
         ref = t["tiers"]["reference"]["seconds"]
         for name, r in t["tiers"].items():
             if r and name.startswith("pygrad"):
-                labels.append(f"{task}\n{name.split()[1]}")
+                tier = "micrograd's code" if name == MICROGRAD_ON_PYGRAD else name.split()[1]
+                labels.append(f"{task}\n{tier}")
                 values.append(ref / r["seconds"])
     for task, b in results.get("batched", {}).items():
         torch_s = b["seconds_per_step"].get("pytorch")

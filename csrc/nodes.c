@@ -175,10 +175,39 @@ int32_t pg_function(uint32_t sid, double data, const uint32_t *kids, const doubl
     return make_list(sid, PG_OP_FUNCTION, 0, kids, n, PG_FUNCTION_EDGES(n), data, partials, 0, 0);
 }
 
+/* Step 3 of a layer: nout LINEAR nodes from slot h on, neuron j over
+ * params[j*(nin+1) ..] (b, w0, ...) and the inputs x[0..nin), or when x is
+ * NULL the consecutive handles xbase, xbase + 1, ... (lock held). */
+static void fill_layer(uint32_t h, int act, const uint32_t *params, const uint32_t *x,
+                       uint32_t xbase, uint32_t nin, uint32_t nout, uint32_t *edges) {
+    uint32_t nk = 2 * nin + 1;
+    for (uint32_t j = 0; j < nout; j++) {
+        const uint32_t *p = params + (size_t)j * (nin + 1);
+        uint32_t *e = edges + (size_t)j * nk;
+        e[0] = p[0];
+        for (uint32_t i = 0; i < nin; i++) {
+            e[1 + 2 * i] = p[1 + i];
+            e[2 + 2 * i] = x != NULL ? x[i] : xbase + i;
+        }
+        pg_node *node = pg_N(h + j);
+        pg_node_init(node, PG_OP_LINEAR);
+        node->variant = (uint16_t)(act | PG_LINEAR_BIAS);
+        node->kid[0] = nk;
+        node->aux.kids = e;
+        for (uint32_t i = 0; i < nk; i++) adopt(node, e[i]);
+        pg_rules[PG_OP_LINEAR].forward(node);
+    }
+}
+
+/* nin inputs and nout neurons make a layer whose edge count fits. */
+static int layer_fits(int act, uint32_t nin, uint32_t nout) {
+    return act >= 0 && act <= PG_ACT_MASK && nout > 0 && nout <= PG_SEG_NODES &&
+           nin <= (UINT32_MAX / nout - 1) / 2;
+}
+
 int32_t pg_linear_layer(uint32_t sid, int act, const uint32_t *params, const uint32_t *x,
                         uint32_t nin, uint32_t nout, uint32_t *out) {
-    if (act < 0 || act > PG_ACT_MASK || nout == 0 || nout > PG_SEG_NODES) return PG_E_ARG;
-    if (nin > (UINT32_MAX / nout - 1) / 2) return PG_E_ARG;    /* nout * nk fits */
+    if (!layer_fits(act, nin, nout)) return PG_E_ARG;
     uint32_t nk = 2 * nin + 1;
     uint32_t *edges = NULL;
     pg_seg *seg = NULL;
@@ -186,25 +215,55 @@ int32_t pg_linear_layer(uint32_t sid, int act, const uint32_t *params, const uin
     int32_t h = begin(sid, x, nin, params, nout * (nin + 1), nout, nout * nk, &edges, &seg);
     if (h == 0) {
         h = pg_take_nodes(seg, nout);
-        for (uint32_t j = 0; j < nout; j++) {
-            uint32_t hj = (uint32_t)h + j;
-            const uint32_t *p = params + (size_t)j * (nin + 1);
-            uint32_t *e = edges + (size_t)j * nk;
-            e[0] = p[0];
-            for (uint32_t i = 0; i < nin; i++) {
-                e[1 + 2 * i] = p[1 + i];
-                e[2 + 2 * i] = x[i];
-            }
-            pg_node *node = pg_N(hj);
-            pg_node_init(node, PG_OP_LINEAR);
-            node->variant = (uint16_t)(act | PG_LINEAR_BIAS);
-            node->kid[0] = nk;
-            node->aux.kids = e;
-            for (uint32_t i = 0; i < nk; i++) adopt(node, e[i]);
-            pg_rules[PG_OP_LINEAR].forward(node);
-            out[j] = hj;
-        }
+        fill_layer((uint32_t)h, act, params, x, 0, nin, nout, edges);
+        for (uint32_t j = 0; j < nout; j++) out[j] = (uint32_t)h + j;
         h = (pg_N((uint32_t)h)->flags & PG_F_PY_HELD) ? 1 : 0;
+    }
+    pg_unlock();
+    return h;
+}
+
+static int py_held(const uint32_t *h, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++)
+        if (pg_N(h[i])->flags & PG_F_PY_HELD) return 1;
+    return 0;
+}
+
+int32_t pg_mlp(uint32_t sid, uint32_t nlayers, const int *acts, const uint32_t *const *params,
+               const uint32_t *sizes, const uint32_t *x) {
+    if (nlayers == 0) return PG_E_ARG;
+    uint64_t nodes = 0, nedges = 0;
+    for (uint32_t l = 0; l < nlayers; l++) {
+        if (!layer_fits(acts[l], sizes[l], sizes[l + 1])) return PG_E_ARG;
+        nodes += sizes[l + 1];
+        nedges += (uint64_t)sizes[l + 1] * (2 * (uint64_t)sizes[l] + 1);
+    }
+    if (nodes > PG_SEG_NODES || nedges > UINT32_MAX) return PG_E_ARG;
+    pg_seg *seg = NULL;
+    uint32_t *edges = NULL;
+    pg_lock();
+    /* Validate the inputs and every layer's parameters, then reserve. */
+    int32_t h = begin(sid, x, sizes[0], NULL, 0, 0, 0, NULL, &seg);
+    for (uint32_t l = 0; h == 0 && l < nlayers; l++)
+        h = begin(sid, params[l], sizes[l + 1] * (sizes[l] + 1), NULL, 0, 0, 0, NULL, &seg);
+    if (h == 0) {
+        int held = py_held(x, sizes[0]);
+        for (uint32_t l = 0; !held && l < nlayers; l++)
+            held = py_held(params[l], sizes[l + 1] * (sizes[l] + 1));
+        if (held) h = PG_E_HELD;
+    }
+    if (h == 0) h = begin(sid, NULL, 0, NULL, 0, (uint32_t)nodes, (uint32_t)nedges, &edges, &seg);
+    if (h == 0) {
+        h = pg_take_nodes(seg, (uint32_t)nodes);
+        uint32_t first = (uint32_t)h, prev = 0;
+        for (uint32_t l = 0; l < nlayers; l++) {
+            fill_layer(first, acts[l], params[l], l == 0 ? x : NULL, prev, sizes[l], sizes[l + 1],
+                       edges);
+            edges += (size_t)sizes[l + 1] * (2 * sizes[l] + 1);
+            prev = first;
+            first += sizes[l + 1];
+        }
+        h = (int32_t)prev;
     }
     pg_unlock();
     return h;

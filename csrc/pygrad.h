@@ -36,6 +36,9 @@ enum pg_op {
 #define PG_E_ARG -3
 #define PG_E_SPACE -4
 #define PG_E_SWEEP -5
+/* pg_mlp over a Python-held input or parameter: nothing made; build the
+ * layers one by one (their Values must hold their children's). */
+#define PG_E_HELD -6
 /* A creator returns PG_HELD - h (<= PG_HELD) for a new node h that is
  * Python-held: its Value must hold its children's Values (pygrad/_lifetime.py). */
 #define PG_HELD -16
@@ -90,6 +93,14 @@ int32_t pg_nary(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_
  * PG_E_* (nothing made on error). */
 int32_t pg_linear_layer(uint32_t sid, int act, const uint32_t *params, const uint32_t *x,
                         uint32_t nin, uint32_t nout, uint32_t *out);
+/* The layers of an MLP in one call: layer l has sizes[l] inputs and
+ * sizes[l + 1] neurons, parameters params[l] (as pg_linear_layer's) and
+ * activation acts[l]; layer 0 reads x[0..sizes[0]), each next layer the
+ * one before.  Every layer's nodes are consecutive handles in one
+ * segment; returns the last layer's first handle, or a PG_E_* (PG_E_HELD,
+ * PG_E_FULL, ...; nothing made on error). */
+int32_t pg_mlp(uint32_t sid, uint32_t nlayers, const int *acts, const uint32_t *const *params,
+               const uint32_t *sizes, const uint32_t *x);
 /* n leaves in graph segment sid (data.to_values): their handles are
  * first, first + 1, ...; returns first or a PG_E_* (nothing made on
  * error).  Like op results, they live as long as the segment's claim or a

@@ -134,13 +134,23 @@ class Backend:
         """A leaf Value for each number of ``data`` (floats)."""
         return [self.Value(x) for x in data]
 
-    def fused_layers(self, layers: Sequence[tuple], x: Sequence[Any]) -> List[Any]:
-        """Fused layers in sequence (an MLP): ``layers`` holds each one's
-        ``fused_layer`` arguments ``(packed_params, params, nin, nout,
-        nonlin)``; the outputs of the last."""
+    def pack_layers(self, layers: Sequence[tuple]) -> Any:
+        """The fused layers of an MLP, ready for ``fused_layers``: ``layers``
+        holds each one's ``fused_layer`` arguments ``(packed_params, params,
+        nin, nout, nonlin)``.  ValueError if they don't chain."""
+        width = layers[0][2]
+        for _, _, nin, nout, _ in layers:
+            if nin != width:
+                raise ValueError(f"layer expects {nin} inputs, got {width}")
+            width = nout
+        return list(layers)
+
+    def fused_layers(self, packed: Any, x: Sequence[Any]) -> List[Any]:
+        """The last layer's outputs of fused layers run in turn over ``x``
+        (``packed`` from ``pack_layers``)."""
         out: List[Any] = list(x)
-        for args in layers:
-            out = self.fused_layer(args[0], args[1], out, *args[2:])
+        for packed_params, params, nin, nout, nonlin in packed:
+            out = self.fused_layer(packed_params, params, out, nin, nout, nonlin)
         return out
 
     def make_function(self, name: str, data: float, values: Sequence[Any],
@@ -212,19 +222,28 @@ class _CBackend(Backend):
         # Made in bulk, held by their segment like op results.
         return _engine._make_leaves(data) if data else []
 
-    def fused_layers(self, layers: Sequence[tuple], x: Sequence[Any]) -> List[Any]:
-        # The hidden layers' outputs stay C handles (engine._make_layers).
+    def pack_layers(self, layers: Sequence[tuple]) -> Any:
+        layers = super().pack_layers(layers)
+        sizes = [layers[0][2]] + [nout for _, _, _, nout, _ in layers]
+        if sum(sizes[1:]) > lib.PG_SEG_NODES:      # more than one C call makes at once
+            return layers
+        acts = [lib.PG_ACT_RELU if nonlin else lib.PG_ACT_NONE for *_, nonlin in layers]
+        params = [packed_params for packed_params, *_ in layers]
+        # The arrays of pg_mlp's arguments, with what they point to.
+        return (len(layers), ffi.new("int[]", acts), ffi.new("uint32_t *[]", params),
+                ffi.new("uint32_t[]", sizes), layers, params)
+
+    def fused_layers(self, packed: Any, x: Sequence[Any]) -> List[Any]:
+        if isinstance(packed, list):
+            return super().fused_layers(packed, x)
+        nlayers, acts, params, sizes, layers, _ = packed
         V = self.Value
         xs: List[Any] = [v if isinstance(v, V) else V(v) for v in x]
-        specs = []
-        width = len(xs)
-        for packed_params, params, nin, nout, nonlin in layers:
-            if nin != width:
-                raise ValueError(f"layer expects {nin} inputs, got {width}")
-            specs.append((lib.PG_ACT_RELU if nonlin else lib.PG_ACT_NONE, packed_params, params,
-                          nin, nout))
-            width = nout
-        return _engine._make_layers(specs, self.pack(xs), xs)
+        if len(xs) != sizes[0]:
+            raise ValueError(f"layer expects {sizes[0]} inputs, got {len(xs)}")
+        out = _engine._make_mlp(nlayers, acts, params, sizes, self.pack(xs), sizes[nlayers])
+        # Over a Python-held node, layer by layer (each output's Value holds its inputs').
+        return super().fused_layers(layers, xs) if out is None else out
 
     def make_function(self, name: str, data: float, values: Sequence[Any],
                       partials: Sequence[float]) -> Any:

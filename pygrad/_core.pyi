@@ -111,6 +111,7 @@ class _Lib:
     PG_E_ARG: int
     PG_E_SPACE: int
     PG_E_SWEEP: int
+    PG_E_HELD: int
     PG_HELD: int
     PG_ACT_MASK: int
     PG_ACT_NONE: int
@@ -138,6 +139,9 @@ class _Lib:
     def pg_nary(self, sid: int, op: int, variant: int, kids: _CData, n: int, /) -> int: ...
     def pg_linear_layer(
         self, sid: int, act: int, params: _CData, x: _CData, nin: int, nout: int, out: _CData, /
+    ) -> int: ...
+    def pg_mlp(
+        self, sid: int, nlayers: int, acts: _CData, params: _CData, sizes: _CData, x: _CData, /
     ) -> int: ...
     def pg_segment_leaves(self, sid: int, data: _CData, n: int, /) -> int: ...
     def pg_function(

@@ -24,7 +24,7 @@ Operand = Union["Value", int, float]
 _new = object.__new__
 _new_leaf = _lifetime.new_leaf
 _SEG_BITS = lib.PG_SEG_BITS
-_E_FULL, _HELD = lib.PG_E_FULL, lib.PG_HELD
+_E_FULL, _E_HELD, _HELD = lib.PG_E_FULL, lib.PG_E_HELD, lib.PG_HELD
 _powk_float, _powk_int = lib.pg_powk_float, lib.pg_powk_int
 
 
@@ -160,41 +160,26 @@ def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
     return values
 
 
-def _make_layers(layers: "Sequence[tuple]", x: Any,
-                 xs: "Optional[Sequence[Value]]") -> "list[Value]":
-    """A stack of fused layers (pygrad.nn.MLP): ``layers`` holds each
-    layer's ``(act, params, param_values, nin, nout)``; ``x`` packs the
-    Values ``xs``.  Each layer's outputs feed the next as C handles, so only
-    the last layer's outputs become Values (``_prev`` makes the others on
-    demand).  The hidden nodes are held by the nodes above them, and until
-    those exist by ``segs``."""
+def _make_mlp(nlayers: int, acts: Any, params: Any, sizes: Any, x: Any,
+              nout: int) -> "Optional[list[Value]]":
+    """The layers of a fused MLP in one C call (pg_mlp): the hidden layers'
+    outputs are nodes without Values (``_prev`` makes them on demand); the
+    last layer's ``nout`` outputs become Values.  None when an input or
+    parameter is Python-held: then the layers must be built one by one."""
     seg = _seg
-    segs = []
-    for act, params, param_values, nin, nout in layers:
-        out = ffi.new("uint32_t[]", nout)
-        rc = lib.pg_linear_layer(seg.sid, act, params, x, nin, nout, out)
-        if rc != 0:
-            prev = seg
-            args = (act, params, x, nin, nout, out)
-            rc, seg = _retry(rc, seg, lib.pg_linear_layer, args)
-            _lifetime._check(rc, "a layer")
-            if rc == 1:       # over a Python-held node: hold the inputs' Values
-                if xs is None:
-                    xs = [_wrap(h, prev) for h in x]
-                k = nin + 1
-                inputs = tuple(xs)
-                xs = [_held(out[j], tuple(param_values[j * k:(j + 1) * k]) + inputs)
-                      for j in range(nout)]
-                x = out
-                continue
-        segs.append(seg)
-        x, xs = out, None
-    if xs is not None:
-        return list(xs)
-    values = [_new(Value) for _ in range(len(x))]
-    for v, h in zip(values, x):
+    h = lib.pg_mlp(seg.sid, nlayers, acts, params, sizes, x)
+    if h < 0:
+        if h == _E_HELD:
+            return None
+        h, seg = _retry(h, seg, lib.pg_mlp, (nlayers, acts, params, sizes, x))
+        if h == _E_HELD:
+            return None
+        _lifetime._check(h, "a model's layers")
+    values = [_new(Value) for _ in range(nout)]
+    for v in values:
         v._h = h
         v._s = seg
+        h += 1
     return values
 
 

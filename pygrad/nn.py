@@ -189,23 +189,36 @@ class MLP(Module):
         self.layers = [Layer(sz[i], sz[i + 1], nonlin=i != len(nouts) - 1, fused=fused,
                              engine=engine)
                        for i in range(len(nouts))]
+        self._fused: Any = None       # (layers, packed, backend): see __call__
         backend_named(engine).parameters_made()
 
     def __call__(self, x: Sequence[Any]) -> Any:
+        cache = self._fused
+        if cache is None or cache[0] != self.layers:
+            cache = self._fused = (list(self.layers),) + self._pack_fused()
+        if cache[1] is not None:
+            # One pass in C: the hidden layers' outputs never become Values.
+            out = cache[2].fused_layers(cache[1], x)
+            return out[0] if len(out) == 1 else out
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def _pack_fused(self) -> Tuple[Any, Any]:
+        """(the backend's packed layers, the backend), or (None, None) if a
+        layer isn't fused or the layers are on different engines."""
         backend = self.layers[0].neurons[0]._backend
         fused = []
         for layer in self.layers:
             args = layer._fused_args()
             if args is None or layer.neurons[0]._backend is not backend:
-                break
+                return None, None
             fused.append(args)
-        else:
-            # One pass in C: the hidden layers' outputs never become Values.
-            out = backend.fused_layers(fused, x)
-            return out[0] if len(out) == 1 else out
-        for layer in self.layers:
-            x = layer(x)
-        return x
+        return backend.pack_layers(fused), backend
+
+    def __getstate__(self) -> Any:
+        # The fused cache holds C arrays: a copy makes its own.
+        return dict(self.__dict__, _fused=None)
 
     def parameters(self) -> List[Any]:
         return [p for layer in self.layers for p in layer.parameters()]

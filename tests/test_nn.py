@@ -443,3 +443,25 @@ def test_an_mlp_whose_layers_do_not_chain_raises():
     model.layers.append(Layer(4, 1))
     with pytest.raises(ValueError, match="layer expects 4 inputs, got 1"):
         model([1.0, 2.0])
+
+
+def test_an_mlp_copies_and_pickles_after_its_fused_pass():
+    import copy
+    import pickle
+    random.seed(12)
+    model = MLP(2, [5, 1])
+    x = [C(0.25), C(-0.5)]
+    y = model(x).data                            # the pass's cache exists now
+    for twin in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
+        assert twin(x).data == y
+        twin.parameters()[0].data += 1.0         # its own parameters
+        assert twin(x).data != y and model(x).data == y
+
+
+def test_an_mlp_wider_than_a_segment_runs_layer_by_layer():
+    random.seed(13)
+    c = MLP(2, [4097, 1])
+    random.seed(13)
+    r = MLP(2, [4097, 1], engine="reference")
+    co, ro = c([C(0.5), C(-0.25)]), r([R(0.5), R(-0.25)])
+    assert co.data == ro.data

@@ -68,7 +68,14 @@ def build_function(V, mod):
     return lambda: [Square.apply(x).data]
 
 
-BUILDS = [build_dot, build_sum, build_custom, build_layer, build_function]
+def build_mlp(V, mod):
+    random.seed(9)
+    model = nn.MLP(3, [4, 2], engine="c" if V is Value else "reference")
+    x = [V(0.5), V(-0.25), V(1.0)]
+    return lambda: [v.data for v in model(x)]
+
+
+BUILDS = [build_dot, build_sum, build_custom, build_layer, build_mlp, build_function]
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=lambda f: f.__name__[6:])
@@ -97,6 +104,14 @@ def test_failed_edge_allocation_changes_nothing(build):
 
 def _handles(*hs):
     return ffi.new("uint32_t[]", list(hs))
+
+
+def _mlp(sid, nlayers, acts, params, sizes, x):
+    """lib.pg_mlp over Python lists (each layer's parameter handles a list)."""
+    arrays = [_handles(*p) for p in params]
+    return lib.pg_mlp(sid, nlayers, ffi.new("int[]", acts or [0]),
+                      ffi.new("uint32_t *[]", arrays or [ffi.NULL]),
+                      ffi.new("uint32_t[]", sizes), _handles(*x))
 
 
 def test_every_creator_refuses_bad_input_without_changes():
@@ -140,6 +155,19 @@ def test_every_creator_refuses_bad_input_without_changes():
                                        ffi.new("uint32_t[]", 1)),
         "layer last param": lib.pg_linear_layer(sid, 1, _handles(good, good, good, bad),
                                                 _handles(good), 1, 2, ffi.new("uint32_t[]", 2)),
+        "mlp layers": _mlp(sid, 0, [0], [[good, good]], [1, 1], [good]),
+        "mlp act": _mlp(sid, 1, [9], [[good, good]], [1, 1], [good]),
+        "mlp width": _mlp(sid, 1, [0], [[good]], [1, 0], [good]),
+        "mlp too many nodes": _mlp(sid, 2, [0, 0], [[good, good] * 4000, [good] * 400100],
+                                   [1, 4000, 100], [good]),
+        "mlp x": _mlp(sid, 1, [0], [[good, good]], [1, 1], [bad]),
+        "mlp 2nd layer's last param": _mlp(sid, 2, [1, 0], [[good, good] * 2, [good, good, bad]],
+                                           [1, 2, 1], [good]),
+        "mlp sid": _mlp(dead_sid, 1, [0], [[good, good]], [1, 1], [good]),
+        "segment leaves none": lib.pg_segment_leaves(sid, ffi.new("double[]", 1), 0),
+        "segment leaves sid": lib.pg_segment_leaves(dead_sid, ffi.new("double[]", 1), 1),
+        "segment leaves too many": lib.pg_segment_leaves(
+            sid, ffi.new("double[]", lib.PG_SEG_NODES + 1), lib.PG_SEG_NODES + 1),
         "function last kid": lib.pg_function(sid, 1.0, _handles(good, bad),
                                              ffi.new("double[]", [1.0, 2.0]), 2),
         "function sid": lib.pg_function(dead_sid, 1.0, _handles(good),
@@ -165,6 +193,9 @@ def test_full_segment_is_refused_without_changes():
     out = ffi.new("uint32_t[]", 3)
     before = counts(sid)
     assert lib.pg_linear_layer(sid, 0, params, _handles(keep._h), 1, 3, out) == lib.PG_E_FULL
+    assert _mlp(sid, 2, [0, 0], [[keep._h] * 4, [keep._h] * 3], [1, 2, 1],
+                [keep._h]) == lib.PG_E_FULL
+    assert lib.pg_segment_leaves(sid, ffi.new("double[]", 3), 3) == lib.PG_E_FULL
     assert lib.pg_binary_k_MUL(sid, keep._h, 2.0) >= 0      # 2 slots: leaf + node fit
     assert lib.pg_binary_k_MUL(sid, keep._h, 2.0) == lib.PG_E_FULL
     assert lib.pg_live_nodes() == before[0] + 2
@@ -273,3 +304,15 @@ def test_number_operands_of_every_kind():
         with pytest.raises(ValueError, match="too large"):
             eval(expr, {"v": Value(1.0), "k": 10 ** 400})
     assert math.isnan((Value(-1.0) ** 0.5).data)
+
+
+def test_an_mlp_over_a_python_held_node_is_refused_without_changes():
+    """pg_mlp refuses Python-held inputs (PG_E_HELD: the caller builds layer
+    by layer, so that each output's Value holds its inputs')."""
+    sid = fresh_segment()
+    a = Value(0.5)
+    held = Value(1.0, (a,), "mine")
+    w = Value(0.25)
+    before = counts(sid)
+    assert _mlp(sid, 1, [0], [[w._h, w._h]], [1, 1], [held._h]) == lib.PG_E_HELD
+    assert counts(sid) == before
