@@ -55,6 +55,7 @@ typedef struct pg_steps {
     const pg_step *step;      /* in creation order */
     pg_node *const *node;     /* each step's node, written back */
     const pg_rows *rows;      /* the n-ary steps' arguments */
+    int fetch_ahead;          /* operands often far away: prefetch them */
 } pg_steps;
 
 /* Every step in order, writing each node's data back.  Backward runs them

@@ -89,6 +89,22 @@ static void choose_fast(pg_step *steps, size_t n) {
     for (size_t i = 0; i < n; i++) steps[i].fast = (uint8_t)pg_step_fast_kind(steps[i].op);
 }
 
+/* Whether more than one step in twenty reads an interior node over 64 KiB
+ * of slots back (a random graph): the sweeps then prefetch (ops.c), which
+ * a graph of near neighbours (a chain) would only pay for.  Leaves are
+ * left out: they come first, read in order. */
+static int far_apart(const pg_step *steps, size_t n, size_t nleaves) {
+    const uint32_t near = 2 * 4096, interior = (uint32_t)(2 * nleaves);
+    size_t far = 0;
+    for (size_t i = 0; i < n; i++) {
+        const pg_step *p = &steps[i];
+        if (!plain(p->op)) continue;
+        far += (p->a >= interior && p->s - p->a > near) ||
+               (p->b >= interior && p->b < p->s && p->s - p->b > near);
+    }
+    return far * 20 > n;
+}
+
 static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) {
     pg_slot_of *map = pg_slot_map(order, n);
     if (map == NULL) return PG_E_NOMEM;
@@ -184,7 +200,8 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
     f->nleaves = nleaves;
     f->root = rc == 0 ? 2 * slot[n - 1] : 0;
     if (rc == 0) choose_fast(f->steps, nsteps);
-    f->run = (pg_steps){nsteps, f->steps, f->step_node, f->rows};
+    f->run = (pg_steps){nsteps, f->steps, f->step_node, f->rows,
+                        rc == 0 && far_apart(f->steps, nsteps, nleaves)};
     free(slot);
     free(map);
     return rc;
