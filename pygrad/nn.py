@@ -177,6 +177,10 @@ class Layer(Module):
 class MLP(Module):
     """Layers of sizes ``[nin] + nouts``; ReLU on all but the last."""
 
+    # (layers, packed, backend) of the fused pass: see __call__.  A class
+    # default, so that models pickled before it existed load and run.
+    _fused: Any = None
+
     def __init__(self, nin: int, nouts: Sequence[int], *, fused: bool = True,
                  engine: str = "c") -> None:
         """``Layer``s of sizes ``[nin] + list(nouts)``, each with ``fused``
@@ -189,7 +193,6 @@ class MLP(Module):
         self.layers = [Layer(sz[i], sz[i + 1], nonlin=i != len(nouts) - 1, fused=fused,
                              engine=engine)
                        for i in range(len(nouts))]
-        self._fused: Any = None       # (layers, packed, backend): see __call__
         backend_named(engine).parameters_made()
 
     def __call__(self, x: Sequence[Any]) -> Any:

@@ -465,3 +465,17 @@ def test_an_mlp_wider_than_a_segment_runs_layer_by_layer():
     r = MLP(2, [4097, 1], engine="reference")
     co, ro = c([C(0.5), C(-0.25)]), r([R(0.5), R(-0.25)])
     assert co.data == ro.data
+
+
+def test_an_mlp_pickled_without_the_fused_cache_loads_and_runs():
+    # a model pickled by a pygrad from before the cache existed has no _fused
+    import pickle
+    random.seed(14)
+    model = MLP(2, [3, 1])
+    x = [C(0.5), C(0.25)]
+    y = model(x).data
+    old = MLP.__new__(MLP)
+    old.__dict__.update({k: v for k, v in pickle.loads(pickle.dumps(model)).__dict__.items()
+                         if k != "_fused"})
+    assert "_fused" not in old.__dict__
+    assert old(x).data == y
