@@ -691,8 +691,8 @@ static inline void fast_backward(const pg_step *p, const double *d, double *g, d
  * their cache misses overlap. */
 #define STEP_AHEAD 16
 static inline void fetch_operands(const pg_step *p, const double *d) {
-    __builtin_prefetch(&d[p->a], 1);
-    __builtin_prefetch(&d[p->b], 1);
+    PG_PREFETCH(&d[p->a]);
+    PG_PREFETCH(&d[p->b]);
 }
 
 /* The sweeps of a flat program: the fast kinds by selection, the rest by

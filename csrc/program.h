@@ -79,6 +79,14 @@ static inline int pg_program_runs(const pg_node *n) {
     return n->op != PG_OP_CUSTOM || n->kid[0] == 0;
 }
 
+/* Ask for the cache line at p, to be written soon: the sweeps' prefetch.
+ * Only a hint, so nothing where the compiler has no such builtin (MSVC). */
+#if defined(__GNUC__) || defined(__clang__)
+#define PG_PREFETCH(p) __builtin_prefetch((p), 1)
+#else
+#define PG_PREFETCH(p) ((void)(p))
+#endif
+
 /* calloc of count elements (at least one, so NULL means out of memory),
  * into ptr; true when it worked. */
 #define PG_ALLOC(ptr, count) \

@@ -228,7 +228,7 @@ int32_t pg_compile(uint32_t root, pg_program *p, uint32_t *bad_node) {
 /* Leaves sit among the graph's nodes, at irregular distances: fetch ahead. */
 #define AHEAD 16
 static inline void fetch_leaf(const flat *f, size_t j) {
-    if (j + AHEAD < f->nleaves) __builtin_prefetch(f->leaf_node[j + AHEAD], 1);
+    if (j + AHEAD < f->nleaves) PG_PREFETCH(f->leaf_node[j + AHEAD]);
 }
 
 static void read_leaves(flat *f) {

@@ -120,6 +120,12 @@ class Backend:
 
     # -- building nodes ---------------------------------------------------------
 
+    def holds(self, values: Iterable[Any]) -> bool:
+        """Whether every item of ``values`` is this engine's Value (what
+        ``pack`` takes)."""
+        V = self.Value
+        return all(isinstance(v, V) for v in values)
+
     def fuses_layers(self, nout: int) -> bool:
         """Whether ``fused_layer`` can build a layer of ``nout`` neurons."""
         return False

@@ -13,9 +13,14 @@ Two keyword options go beyond micrograd:
 - ``engine='c'`` (default) or ``engine='reference'`` for the pure-Python
   engine, the oracle of the tests.
 
-Parameters are the Value objects made at construction: change them through
-``p.data`` (optimizers, ``load_state_dict``), not by putting new Values into
-a neuron, since layers cache their parameters' handles.
+A model is plain Python objects to edit as in micrograd: put new Values
+into ``neuron.w``, change ``nonlin``, add or replace neurons and layers,
+subclass them.  The fused passes cache what they hand to C; any such edit
+(an attribute set on a model object, a change to its ``w``, ``neurons`` or
+``layers`` list) makes the caches be rebuilt on the next call.  A layer
+whose neurons differ (in size, ``nonlin``, ``fused``, engine, or a
+``__call__`` of their own) runs neuron by neuron, and an MLP with such a
+layer, or a layer with a ``__call__`` of its own, layer by layer.
 """
 import random
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -26,6 +31,82 @@ from ._backend import Backend, backend_named, backend_of
 from ._numbers import to_size
 
 __all__ = ["Module", "Neuron", "Layer", "MLP"]
+
+# Bumped by every edit of a model's structure: the fused caches hold the
+# value they were built at and are rebuilt when it has moved.
+_edits = 0
+
+
+def _edited() -> None:
+    global _edits
+    _edits += 1
+
+
+class _Tracked(list):
+    """A model's own list (``w``, ``neurons``, ``layers``): a list that
+    reports in-place changes, so the fused caches see them."""
+
+    __slots__ = ()
+
+    def __setitem__(self, i: Any, v: Any) -> None:
+        super().__setitem__(i, v)
+        _edited()
+
+    def __delitem__(self, i: Any) -> None:
+        super().__delitem__(i)
+        _edited()
+
+    def __iadd__(self, other: Any) -> "_Tracked":  # type: ignore[misc]
+        super().__iadd__(other)
+        _edited()
+        return self
+
+    def __imul__(self, n: Any) -> "_Tracked":  # type: ignore[misc]
+        super().__imul__(n)
+        _edited()
+        return self
+
+    def append(self, v: Any) -> None:
+        super().append(v)
+        _edited()
+
+    def extend(self, vs: Any) -> None:
+        super().extend(vs)
+        _edited()
+
+    def insert(self, i: Any, v: Any) -> None:
+        super().insert(i, v)
+        _edited()
+
+    def pop(self, i: Any = -1) -> Any:
+        v = super().pop(i)
+        _edited()
+        return v
+
+    def remove(self, v: Any) -> None:
+        super().remove(v)
+        _edited()
+
+    def clear(self) -> None:
+        super().clear()
+        _edited()
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        super().sort(*args, **kwargs)
+        _edited()
+
+    def reverse(self) -> None:
+        super().reverse()
+        _edited()
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # Pickled as a plain list: the model's __setstate__ tracks it again.
+        return list, (list(self),)
+
+
+def _tracked(v: Any) -> Any:
+    """A model's list, tracked (other values as they are)."""
+    return _Tracked(v) if type(v) is list else v
 
 
 class Module:
@@ -92,9 +173,28 @@ class Module:
     def _structure(self) -> List[int]:
         return [len(self.parameters())]
 
+    # The attributes a model's fused caches keep: setting them is no edit.
+    _caches: Tuple[str, ...] = ()
+    _lists: Tuple[str, ...] = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in self._caches:
+            if name in self._lists:
+                value = _tracked(value)
+            _edited()
+        object.__setattr__(self, name, value)
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        # Copies, deep copies and pickles (also those of older versions)
+        # get tracked lists and empty caches.
+        for name, value in state.items():
+            setattr(self, name, value)
+
 
 class Neuron(Module):
     """``act(w·x + b)``; ReLU when ``nonlin`` (micrograd's only one)."""
+
+    _lists = ("w",)
 
     def __init__(self, nin: int, nonlin: bool = True, *, fused: bool = True,
                  engine: str = "c") -> None:
@@ -128,13 +228,16 @@ class Layer(Module):
     """``nout`` neurons over the same inputs; on the C engine, fused, the
     whole layer is one C call."""
 
+    _lists = ("neurons",)
+    _caches = ("_fused",)
+    # (_edits when built, the fused_layer arguments or None): see _fused_args.
+    _fused: Any = None
+
     def __init__(self, nin: int, nout: int, *, nonlin: bool = True, fused: bool = True,
                  engine: str = "c") -> None:
         """``nout`` ``Neuron(nin, nonlin, fused=fused, engine=engine)``."""
         self.neurons = [Neuron(nin, nonlin, fused=fused, engine=engine)
                         for _ in range(to_size(nout, "nout"))]
-        self._param_handles: Any = None
-        self._param_values: List[Any] = []
 
     def __call__(self, x: Sequence[Any]) -> Any:
         fused = self._fused_args()
@@ -148,24 +251,43 @@ class Layer(Module):
     def _fused_args(self) -> Optional[tuple]:
         """``(packed_params, params, nin, nout, nonlin)`` for the backend's
         fused_layer, or None if this layer runs neuron by neuron."""
-        n0 = self.neurons[0]
-        backend = n0._backend
-        if not (n0.fused and backend.fuses_layers(len(self.neurons))):
+        cache = self._fused
+        if cache is None or cache[0] != _edits:
+            edits = _edits          # before reading the model: an edit meanwhile rebuilds
+            cache = self._fused = (edits, self._pack_fused())
+        return cache[1]
+
+    def _pack_fused(self) -> Optional[tuple]:
+        neurons = self.neurons
+        if not neurons or type(neurons) is not _Tracked:
             return None
-        if self._param_handles is None:
-            # The Values are kept with their packed form, so that the nodes
-            # stay alive even if a neuron's list is changed behind the cache.
-            self._param_values = [p for n in self.neurons for p in [n.b] + n.w]
-            self._param_handles = backend.pack(self._param_values)
-        return (self._param_handles, self._param_values, len(n0.w), len(self.neurons),
-                n0.nonlin)
+        n0 = neurons[0]
+        backend = getattr(n0, "_backend", None)
+        if backend is None or not backend.fuses_layers(len(neurons)):
+            return None
+        nin, nonlin = len(n0.w), bool(n0.nonlin)
+        for n in neurons:
+            # One C call makes nout alike neurons of nin weights each: anything
+            # else (or a list we'd not see change) runs neuron by neuron.
+            if (type(n).__call__ is not Neuron.__call__ or n._backend is not backend
+                    or not n.fused or bool(n.nonlin) != nonlin or len(n.w) != nin
+                    or type(n.w) is not _Tracked):
+                return None
+        # The Values are kept with their packed form, so that the nodes stay
+        # alive even if a neuron's list changes.
+        params = [p for n in neurons for p in [n.b] + n.w]
+        if not backend.holds(params):
+            return None
+        return (backend.pack(params), params, nin, len(neurons), nonlin)
 
     def parameters(self) -> List[Any]:
         return [p for n in self.neurons for p in n.parameters()]
 
     def __getstate__(self) -> Any:
         # The fused cache holds C handles: a copy makes its own.
-        return dict(self.__dict__, _param_handles=None, _param_values=[])
+        state = dict(self.__dict__)
+        state.pop("_fused", None)
+        return state
 
     def _structure(self) -> List[int]:
         return [len(self.neurons[0].w), len(self.neurons)]
@@ -177,8 +299,10 @@ class Layer(Module):
 class MLP(Module):
     """Layers of sizes ``[nin] + nouts``; ReLU on all but the last."""
 
-    # (layers, packed, backend) of the fused pass: see __call__.  A class
-    # default, so that models pickled before it existed load and run.
+    _lists = ("layers",)
+    _caches = ("_fused",)
+    # (_edits when built, packed, backend) of the fused pass: see __call__.
+    # A class default, so that models pickled before it existed load and run.
     _fused: Any = None
 
     def __init__(self, nin: int, nouts: Sequence[int], *, fused: bool = True,
@@ -197,8 +321,9 @@ class MLP(Module):
 
     def __call__(self, x: Sequence[Any]) -> Any:
         cache = self._fused
-        if cache is None or cache[0] != self.layers:
-            cache = self._fused = (list(self.layers),) + self._pack_fused()
+        if cache is None or cache[0] != _edits:
+            edits = _edits          # before reading the model: an edit meanwhile rebuilds
+            cache = self._fused = (edits,) + self._pack_fused()
         if cache[1] is not None:
             # One pass in C: the hidden layers' outputs never become Values.
             out = cache[2].fused_layers(cache[1], x)
@@ -209,19 +334,32 @@ class MLP(Module):
 
     def _pack_fused(self) -> Tuple[Any, Any]:
         """(the backend's packed layers, the backend), or (None, None) if a
-        layer isn't fused or the layers are on different engines."""
-        backend = self.layers[0].neurons[0]._backend
+        layer isn't fused, has a ``__call__`` of its own, or the layers are
+        on different engines."""
+        layers = self.layers
+        if not layers or type(layers) is not _Tracked:
+            return None, None
         fused = []
-        for layer in self.layers:
-            args = layer._fused_args()
-            if args is None or layer.neurons[0]._backend is not backend:
+        backend: Optional[Backend] = None
+        for layer in layers:
+            if type(layer).__call__ is not Layer.__call__ or not isinstance(layer, Layer):
                 return None, None
+            args = layer._fused_args()
+            if args is None:
+                return None, None
+            lb = layer.neurons[0]._backend
+            if backend is not None and lb is not backend:
+                return None, None
+            backend = lb
             fused.append(args)
+        assert backend is not None      # layers is not empty
         return backend.pack_layers(fused), backend
 
     def __getstate__(self) -> Any:
         # The fused cache holds C arrays: a copy makes its own.
-        return dict(self.__dict__, _fused=None)
+        state = dict(self.__dict__)
+        state.pop("_fused", None)
+        return state
 
     def parameters(self) -> List[Any]:
         return [p for layer in self.layers for p in layer.parameters()]

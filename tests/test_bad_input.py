@@ -240,16 +240,19 @@ def test_data_sizes_are_checked(make, bad, err):
         make(bad)
 
 
-def test_a_replaced_parameter_does_not_free_the_layers_cached_node():
-    """Layers cache their parameters' handles: a Value replaced behind the
-    cache must stay alive (documented: change parameters through .data)."""
+def test_a_replaced_parameter_is_used_and_the_one_it_replaced_is_freed_safely():
+    """Layers cache their parameters' handles: a Value put into a neuron
+    after a call is used by the next one, and the Value it replaced (still
+    in the old cache until then) is freed without harm."""
     import gc
-    layer = nn.Layer(2, 1)
-    before = layer([1.0, 2.0]).data
+    layer = nn.Layer(2, 1, nonlin=False)
+    layer([1.0, 2.0])
+    w1, b = layer.neurons[0].w[1].data, layer.neurons[0].b.data
     layer.neurons[0].w[0] = Value(100.0)
     gc.collect()
     Value(0.0).backward()
-    assert layer([1.0, 2.0]).data == before
+    assert layer([1.0, 2.0]).data == b + 100.0 * 1.0 + w1 * 2.0
+    gc.collect()
     engine_still_works()
 
 

@@ -40,7 +40,9 @@ _NOT_API = {"__module__", "__doc__", "__dict__", "__weakref__", "__slots__", "__
             "__parameters__",
             # copy and pickle protocol: documented in prose ("Copies and pickles")
             "__getstate__", "__setstate__", "__reduce__", "__reduce_ex__", "__deepcopy__",
-            "__copy__"}
+            "__copy__",
+            # a model's edits reaching its caches: documented in prose (pygrad.nn)
+            "__setattr__"}
 
 
 def heading_spans(markdown: str) -> "list[str]":

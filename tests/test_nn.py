@@ -479,3 +479,112 @@ def test_an_mlp_pickled_without_the_fused_cache_loads_and_runs():
                          if k != "_fused"})
     assert "_fused" not in old.__dict__
     assert old(x).data == y
+
+
+# ---------------------------------------------------------------------------
+# A model is plain objects to edit, as in micrograd: edits after a fused pass
+# must be seen by the next one (the caches are rebuilt).
+
+
+def by_hand(model, x):
+    """What micrograd's Neuron/Layer/MLP compute, in floats, for the model as
+    it now is: act = b + w0*x0 + w1*x1 + ..., ReLU where nonlin."""
+    for layer in model.layers:
+        out = []
+        for n in layer.neurons:
+            act = n.b.data
+            for wi, xi in zip(n.w, x):
+                act = act + wi.data * xi
+            out.append(0.0 if n.nonlin and act < 0 else act)
+        x = out
+    return x
+
+
+EDITS = {
+    "nonlin of the last layer": lambda m: [setattr(n, "nonlin", True) for n in m.layers[-1].neurons],
+    "one neuron not fused": lambda m: setattr(m.layers[0].neurons[1], "fused", False),
+    "a weight replaced": lambda m: m.layers[0].neurons[0].w.__setitem__(0, C(3.5)),
+    "w rebound": lambda m: setattr(m.layers[1].neurons[0], "w", [C(0.5), C(-1.5), C(2.0)]),
+    "b rebound": lambda m: setattr(m.layers[0].neurons[2], "b", C(-0.75)),
+    "a neuron replaced": lambda m: m.layers[0].neurons.__setitem__(1, Neuron(2)),
+    "neurons rebound": lambda m: setattr(m.layers[0], "neurons", [Neuron(2) for _ in range(3)]),
+    "a layer appended": lambda m: m.layers.append(Layer(1, 2, nonlin=False)),
+    "layers sliced": lambda m: setattr(m, "layers", m.layers[:1]),
+    "weights reversed in place": lambda m: m.layers[0].neurons[0].w.reverse(),
+    "a neuron's nonlin only": lambda m: setattr(m.layers[0].neurons[0], "nonlin", False),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_an_edit_after_a_fused_pass_is_seen_by_the_next(edit):
+    random.seed(21)
+    model = MLP(2, [3, 1])
+    x = [0.5, -0.25]
+    model([C(v) for v in x])                       # the fused caches exist now
+    EDITS[edit](model)
+    want = by_hand(model, x)
+    got = model([C(v) for v in x])
+    got = got if isinstance(got, list) else [got]
+    assert [bits(v.data) for v in got] == [bits(v) for v in want]
+    # and a layer called by itself
+    layer = model.layers[0]
+    assert [bits(v.data) for v in layer([C(v) for v in x])] == \
+        [bits(v) for v in by_hand(type("M", (), {"layers": [layer]})(), x)]
+
+
+def test_a_layer_with_a_call_of_its_own_is_called_by_the_mlp():
+    class Tanh(Layer):
+        def __call__(self, x):
+            out = super().__call__(x)
+            return [v.tanh() for v in out] if isinstance(out, list) else out.tanh()
+
+    class Double(Module):
+        def __call__(self, x):
+            return [2 * v for v in x] if isinstance(x, list) else 2 * x
+
+    random.seed(22)
+    model = MLP(2, [2, 2])
+    x = [C(0.5), C(-0.25)]
+    model(x)
+    model.layers[0] = Tanh(2, 2)
+    model.layers.append(Double())
+    want = x
+    for layer in model.layers:
+        want = layer(want)
+    assert [v.data for v in model(x)] == [v.data for v in want]
+
+
+def test_an_mlp_with_no_layers_returns_its_input():
+    model = MLP(2, [1])
+    x = [C(1.0), C(2.0)]
+    model(x)
+    model.layers = []
+    assert model(x) == x
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_neurons_of_unequal_width_raise_instead_of_reading_past_their_weights(where):
+    random.seed(23)
+    model = MLP(2, [3, 1])
+    x = [C(0.5), C(-0.25)]
+    if where == "after":
+        model(x)
+    model.layers[0].neurons[1].w.pop()
+    with pytest.raises(ValueError, match="as many weights as inputs"):
+        model(x)
+    with pytest.raises(ValueError, match="as many weights as inputs"):
+        model.layers[0](x)
+
+
+def test_copies_of_a_model_see_their_own_edits():
+    import copy
+    import pickle
+    random.seed(24)
+    model = MLP(2, [3, 1])
+    x = [C(0.5), C(-0.25)]
+    y = model(x).data
+    for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        twin(x)
+        twin.layers[1].neurons[0].w[0] = C(10.0)
+        assert twin(x).data == by_hand(twin, [0.5, -0.25])[0] != y
+        assert model(x).data == y
