@@ -2,6 +2,7 @@
 
     python benchmarks/bench_replay.py           # 200k-op workloads, 7 repeats
     python benchmarks/bench_replay.py --quick   # 20k ops
+    python benchmarks/bench_replay.py --baseline ../base   # against another checkout
 
 The same workloads as bench_engine.py (the chain and the random DAG, both
 unfused: one C node per op plus number-constant leaves), built once with
@@ -9,10 +10,24 @@ pygrad, compiled with pygrad.compile, then timed: forward(), backward(), and
 the two together, in ns per C node of the program; median of repeats, GC
 on.  Before timing, a replayed forward + backward after changing every leaf
 is checked against a freshly built graph (data and grads bit for bit).
+
+With --baseline (another checkout, built in place), both engines run in one
+process, their sweeps alternating, which on a shared machine is steadier
+than separate runs.  Which engine is loaded and built first sways the
+result by up to ~10% (memory placement), so it runs twice, once in each
+order, and reports the geometric mean of the two ratios.
 """
 import argparse
+import importlib
+import json
+import math
+import os
 import random
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import bench_engine
@@ -63,13 +78,82 @@ def bench(plan, repeats: int) -> dict:
             "total_ns_per_node": statistics.median(x + y for x, y in zip(fwd, bwd))}
 
 
+def plans_of(n_ops: int) -> list:
+    return [bench_engine.ChainPlan(n_ops), bench_engine.DagPlan(n_ops, 20240601)]
+
+
+def pair(trees: "list[str]", n_ops: int, rounds: int) -> dict:
+    """One process, two engines (loaded, and their graphs built, in the
+    order of ``trees``): forward + backward sweeps alternating, ns/node."""
+    tmp = tempfile.mkdtemp(prefix="pygrad-ab-")
+    try:
+        sys.path.insert(0, tmp)
+        mods = []
+        for i, tree in enumerate(trees):
+            # The package under a name of its own: its imports are relative.
+            shutil.copytree(os.path.join(tree, "pygrad"), os.path.join(tmp, f"pygrad_ab{i}"))
+            mods.append(importlib.import_module(f"pygrad_ab{i}"))
+        out = {}
+        for plan in plans_of(n_ops):
+            programs = [m.compile(plan.build(m.Value)[0]) for m in mods]
+            times: "list[list[float]]" = [[] for _ in mods]
+            for r in range(rounds):
+                for i in (range(len(mods)) if r % 2 == 0 else reversed(range(len(mods)))):
+                    p = programs[i]
+                    t0 = time.perf_counter_ns()
+                    p.forward()
+                    p.backward()
+                    times[i].append((time.perf_counter_ns() - t0) / len(p))
+            out[plan.name] = times
+        return out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def versus(baseline: str, n_ops: int, rounds: int) -> None:
+    this = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ratios: "dict[str, list[float]]" = {}
+    medians: "dict[str, dict[str, list[float]]]" = {}
+    for order in ([this, baseline], [baseline, this]):
+        cmd = [sys.executable, os.path.abspath(__file__), "--_pair", json.dumps(order),
+               "--ops", str(n_ops), "--rounds", str(rounds)]
+        res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        for name, times in res.items():
+            t_this, t_base = (times[0], times[1]) if order[0] == this else (times[1], times[0])
+            ratios.setdefault(name, []).append(
+                statistics.median(a / b for a, b in zip(t_this, t_base)))
+            m = medians.setdefault(name, {"this": [], "base": []})
+            m["this"].append(statistics.median(t_this))
+            m["base"].append(statistics.median(t_base))
+    print(f"this: {this}\nbase: {os.path.abspath(baseline)}\n")
+    print("| workload | this ns/node | base ns/node | this/base, this loaded first | "
+          "base first | geometric mean |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, (r1, r2) in ratios.items():
+        m = medians[name]
+        print(f"| {name} | {statistics.mean(m['this']):.1f} | {statistics.mean(m['base']):.1f} | "
+              f"{r1:.3f} | {r2:.3f} | **{math.sqrt(r1 * r2):.3f}** |")
+    print(f"\nforward + backward per node, {rounds} rounds alternating in each of the two "
+          "processes; ratios are medians of the per-round ratios")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--baseline", help="another checkout, built in place: compare side by side")
+    ap.add_argument("--rounds", type=int, default=30, help="alternating rounds (--baseline)")
+    ap.add_argument("--ops", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--_pair", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    n_ops = 20_000 if args.quick else 200_000
-    plans = [bench_engine.ChainPlan(n_ops), bench_engine.DagPlan(n_ops, 20240601)]
+    n_ops = args.ops or (20_000 if args.quick else 200_000)
+    if args._pair:
+        print(json.dumps(pair(json.loads(args._pair), n_ops, args.rounds)))
+        return
+    if args.baseline:
+        versus(args.baseline, n_ops, args.rounds)
+        return
+    plans = plans_of(n_ops)
     print("| workload | C nodes | forward ns/node | backward ns/node | forward+backward ns/node |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for plan in plans:
