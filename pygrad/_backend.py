@@ -145,9 +145,10 @@ class Backend:
         holds each one's ``fused_layer`` arguments ``(packed_params, params,
         nin, nout, nonlin)``.  ValueError if they don't chain."""
         width = layers[0][2]
-        for _, _, nin, nout, _ in layers:
+        for packed_params, _, nin, nout, _ in layers:
             if nin != width:
                 raise ValueError(f"layer expects {nin} inputs, got {width}")
+            _check_layer_params(packed_params, nin, nout)
             width = nout
         return list(layers)
 
@@ -173,6 +174,14 @@ class Backend:
 
     def parameters_made(self) -> None:
         """Called when a model has made its (long-lived) parameters."""
+
+
+def _check_layer_params(packed_params: Any, nin: int, nout: int) -> None:
+    """ValueError unless a fused layer's packed parameters number
+    ``nout * (nin + 1)``: C reads that many, never past the array."""
+    if len(packed_params) != nout * (nin + 1):
+        raise ValueError(f"fused layer of {nout} neurons of {nin} inputs needs "
+                         f"{nout * (nin + 1)} parameters, got {len(packed_params)}")
 
 
 class _CBackend(Backend):
@@ -217,6 +226,7 @@ class _CBackend(Backend):
 
     def fused_layer(self, packed_params: Any, params: Sequence[Any], x: Sequence[Any],
                     nin: int, nout: int, nonlin: bool) -> List[Any]:
+        _check_layer_params(packed_params, nin, nout)
         V = self.Value
         xs: List[Any] = [v if isinstance(v, V) else V(v) for v in x]
         if len(xs) != nin:

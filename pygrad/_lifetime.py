@@ -181,24 +181,24 @@ class Settler:
                 self.settle(current, value_type)
 
     def settle(self, current: Optional[Segment], value_type: type) -> None:
-        """Settle every live closed segment now (another thread settling
-        already: return)."""
-        if not registry.lock.acquire(blocking=False):
-            return
+        """Settle every live closed segment now (after another thread that
+        is settling, if any)."""
+        # A with block, not acquire() then try: an interrupt between those
+        # two would leave the lock held and every other thread waiting.
         seg: Optional[Segment]
-        try:
+        with registry.lock:
             for seg in registry.segments_alive():
                 if seg is current:
                     continue
                 for w in values_holding(seg, value_type):
                     claim = hold(w._h)
-                    w._s = claim        # one store: the Value is never unheld
+                    # Registered before it leaves the segment: a Ctrl-C between
+                    # the two must not leave a Value _prev can't find.
                     registry.add(w)
+                    w._s = claim        # one store: the Value is never unheld
                 seg.found = True
             seg = None
             self.threshold = max(64, 2 * len(registry.segments_alive()))
-        finally:
-            registry.lock.release()
 
 
 settler = Settler()
@@ -207,14 +207,14 @@ settler = Settler()
 # -- node records: label and custom op name -------------------------------------
 
 class NodeExtra:
-    """Python data of one node: its label and custom op name."""
+    """Python data of one node: its label and op name (None: the op's own)."""
 
     __slots__ = ("h", "label", "op")
 
     def __init__(self, h: int) -> None:
         self.h = h
         self.label = ""
-        self.op = ""
+        self.op: Optional[str] = None
 
 
 class ExtraTable:

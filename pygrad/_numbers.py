@@ -44,6 +44,15 @@ def to_real(x: Any, what: str = "Value data") -> float:
     return v
 
 
+def value_data(x: Any, value_type: type, what: str = "Value data") -> float:
+    """``to_real(x)`` for a Value's data; a Value of the same engine gets a
+    TypeError that says what was likely meant."""
+    if isinstance(x, value_type):
+        raise TypeError(f"{what} must be a real number, not a Value ({x!r}): use the Value "
+                        f"itself, or Value(v.data) for a new leaf with its number")
+    return to_real(x, what)
+
+
 def not_a_number(x: Any, message: str) -> TypeError:
     """The TypeError for a non-number x: when x is a Value (of the engine
     that could not take it), one that says engines can't be mixed."""

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Set, Tuple, Unio
 from . import _lifetime, _ops
 from ._core import ffi, lib
 from ._lifetime import Segment, extras, registry
-from ._numbers import real_or_none, to_real
+from ._numbers import real_or_none, value_data
 
 __all__ = ["Value"]
 
@@ -327,7 +327,7 @@ def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], nam
         return get(self._h)
 
     def fset(self: "Value", v: Any) -> None:
-        put(self._h, v if type(v) is float else to_real(v, name))
+        put(self._h, v if type(v) is float else value_data(v, Value, name))
 
     return property(fget, fset, doc=doc)
 
@@ -355,11 +355,11 @@ class Value(_ValueBase):
     def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
                  label: str = "") -> None:
         if not _children and _op == "" and label == "":      # a leaf: the common case
-            h, self._s = _new_leaf(data if type(data) is float else to_real(data))
+            h, self._s = _new_leaf(data if type(data) is float else value_data(data, Value))
             self._h = h
             registry.add(self)
             return
-        x = to_real(data)
+        x = value_data(data, Value)
         kids = tuple(_children)
         for c in kids:
             if not isinstance(c, Value):
@@ -377,17 +377,15 @@ class Value(_ValueBase):
             h = _HELD - rc
             self._s = _lifetime.hold(h)
             self._kids = kids
-            if _op:
-                # A Python-held node's Value lives as long as its node can
-                # be reached, so its op name can live on it.
-                self.__dict__["_op"] = _op
         else:
             h, self._s = _new_leaf(x)
             self._h = h
             registry.add(self)
         self._h = h
-        if label:
-            extras.get_or_create(h).label = label
+        if label or _op:
+            extra = extras.get_or_create(h)
+            extra.label = label
+            extra.op = _op or None
 
     # -- numbers ------------------------------------------------------------
 
@@ -399,17 +397,19 @@ class Value(_ValueBase):
 
     @property
     def _op(self) -> str:
+        """The op's name, for drawing (``'+'``, ``'*'``, ``'**2'``, ...):
+        micrograd's, or what was set."""
         global _op_names
         h = self._h
+        extra = extras.get(h)
+        if extra is not None and extra.op is not None:
+            return extra.op
         op = lib.pg_op(h)
         if op == lib.PG_OP_POWK:
             k = lib.pg_exponent(h)
             return f"**{int(k)}" if lib.pg_flags(h) & lib.PG_F_INT_EXPONENT else f"**{k!r}"
-        if op == lib.PG_OP_CUSTOM:
-            return self.__dict__.get("_op", "")
-        if op == lib.PG_OP_FUNCTION:
-            extra = extras.get(h)
-            return extra.op if extra is not None else ""
+        if op == lib.PG_OP_CUSTOM or op == lib.PG_OP_FUNCTION:
+            return ""
         if op == lib.PG_OP_LINEAR:
             act = lib.pg_variant(h) & lib.PG_ACT_MASK
             return ("linear", "linear+ReLU", "linear+tanh", "linear+sigmoid")[act]
@@ -417,6 +417,14 @@ class Value(_ValueBase):
             _op_names = tuple(ffi.string(lib.pg_op_name(i)).decode()
                               for i in range(lib.PG_OP_COUNT))
         return _op_names[op]
+
+    @_op.setter
+    def _op(self, name: str) -> None:
+        # micrograd-style code names its own ops (out._op = '-'); the name is
+        # the node's, like its label.
+        if not isinstance(name, str):
+            raise TypeError(f"_op must be str, not {type(name).__name__}")
+        extras.get_or_create(self._h).op = name
 
     @property
     def _prev(self) -> Set["Value"]:
@@ -431,6 +439,12 @@ class Value(_ValueBase):
         except AttributeError:
             held = {}
         return {held.get(k) or _value_of(k) for k in [lib.pg_kid(h, i) for i in range(n)]}
+
+    @_prev.setter
+    def _prev(self, children: Any) -> None:
+        raise AttributeError("a pygrad.Value's children are fixed when it is made (they are "
+                             "the C node's): make it with Value(data, children, op) and set "
+                             "its _backward, as micrograd's own ops do")
 
     @property
     def label(self) -> str:

@@ -14,16 +14,19 @@ Two keyword options go beyond micrograd:
   engine, the oracle of the tests.
 
 A model is plain Python objects to edit as in micrograd: put new Values
-into ``neuron.w``, change ``nonlin``, add or replace neurons and layers,
-subclass them.  The fused passes cache what they hand to C; any such edit
-(an attribute set on a model object, a change to its ``w``, ``neurons`` or
-``layers`` list) makes the caches be rebuilt on the next call.  A layer
-whose neurons differ (in size, ``nonlin``, ``fused``, engine, or a
-``__call__`` of their own) runs neuron by neuron, and an MLP with such a
-layer, or a layer with a ``__call__`` of its own, layer by layer.
+into ``neuron.w``, assign it a list of your own, change ``nonlin``, add or
+replace neurons and layers, subclass them.  The fused passes cache what they
+hand to C and see every such edit made through the model's attributes and
+lists (an attribute set with ``object.__setattr__`` or in ``vars(model)``
+bypasses that).  A layer whose neurons differ (in size, ``nonlin``,
+``fused``, engine, or a ``__call__`` of their own) runs neuron by neuron,
+and an MLP with such a layer, or a layer with a ``__call__`` of its own,
+layer by layer.
 """
+import itertools
+import operator
 import random
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -32,81 +35,59 @@ from ._numbers import to_size
 
 __all__ = ["Module", "Neuron", "Layer", "MLP"]
 
-# Bumped by every edit of a model's structure: the fused caches hold the
-# value they were built at and are rebuilt when it has moved.
+# The number of the latest edit of a model's shape.  A fused cache records
+# the number it was built at and is rebuilt once it has moved.  Numbers come
+# from a counter (next() is atomic), so edits in several threads never
+# repeat one and a cache never mistakes a later edit for its own.
+_edit_numbers = itertools.count(1)
 _edits = 0
 
 
 def _edited() -> None:
     global _edits
-    _edits += 1
+    _edits = next(_edit_numbers)
+
+
+def _tracked_method(name: str) -> Any:
+    method = getattr(list, name)
+
+    def edit(self: "_Tracked", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        finally:        # also after a partial change (extend from a failing generator)
+            _edited()
+    edit.__name__ = edit.__qualname__ = name
+    return edit
 
 
 class _Tracked(list):
-    """A model's own list (``w``, ``neurons``, ``layers``): a list that
-    reports in-place changes, so the fused caches see them."""
+    """The lists a model makes (``w``, ``neurons``, ``layers``): lists that
+    report in-place changes, so the fused caches see them.  Copies and
+    pickles stay tracked, and a list shared by two neurons stays shared."""
 
     __slots__ = ()
 
-    def __setitem__(self, i: Any, v: Any) -> None:
-        super().__setitem__(i, v)
-        _edited()
 
-    def __delitem__(self, i: Any) -> None:
-        super().__delitem__(i)
-        _edited()
-
-    def __iadd__(self, other: Any) -> "_Tracked":  # type: ignore[misc]
-        super().__iadd__(other)
-        _edited()
-        return self
-
-    def __imul__(self, n: Any) -> "_Tracked":  # type: ignore[misc]
-        super().__imul__(n)
-        _edited()
-        return self
-
-    def append(self, v: Any) -> None:
-        super().append(v)
-        _edited()
-
-    def extend(self, vs: Any) -> None:
-        super().extend(vs)
-        _edited()
-
-    def insert(self, i: Any, v: Any) -> None:
-        super().insert(i, v)
-        _edited()
-
-    def pop(self, i: Any = -1) -> Any:
-        v = super().pop(i)
-        _edited()
-        return v
-
-    def remove(self, v: Any) -> None:
-        super().remove(v)
-        _edited()
-
-    def clear(self) -> None:
-        super().clear()
-        _edited()
-
-    def sort(self, *args: Any, **kwargs: Any) -> None:
-        super().sort(*args, **kwargs)
-        _edited()
-
-    def reverse(self) -> None:
-        super().reverse()
-        _edited()
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        # Pickled as a plain list: the model's __setstate__ tracks it again.
-        return list, (list(self),)
+for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert",
+              "pop", "remove", "clear", "sort", "reverse"):
+    setattr(_Tracked, _name, _tracked_method(_name))
+del _name
 
 
-def _tracked(v: Any) -> Any:
-    """A model's list, tracked (other values as they are)."""
-    return _Tracked(v) if type(v) is list else v
+def _moved(watched: Sequence[Tuple[list, tuple]]) -> bool:
+    """Whether a list of the user's own (which reports no changes) no longer
+    holds what a cache was built from."""
+    for lst, held in watched:
+        if len(lst) != len(held) or not all(map(operator.is_, lst, held)):
+            return True
+    return False
+
+
+def _watch(lst: Any, items: Sequence[Any], watched: List[Tuple[list, tuple]]) -> None:
+    """Note ``lst`` (holding ``items``) for ``_moved`` unless it reports its
+    own changes."""
+    if type(lst) is not _Tracked:
+        watched.append((lst, tuple(items)))
 
 
 class Module:
@@ -173,28 +154,27 @@ class Module:
     def _structure(self) -> List[int]:
         return [len(self.parameters())]
 
-    # The attributes a model's fused caches keep: setting them is no edit.
-    _caches: Tuple[str, ...] = ()
-    _lists: Tuple[str, ...] = ()
+    # The attributes that shape a model's fused pass: setting one is an edit.
+    # (Others, such as a counter of your own, cost nothing.)
+    _pg_shape: FrozenSet[str] = frozenset({"__class__"})
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name not in self._caches:
-            if name in self._lists:
-                value = _tracked(value)
-            _edited()
         object.__setattr__(self, name, value)
+        if name in type(self)._pg_shape:
+            _edited()
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        # Copies, deep copies and pickles (also those of older versions)
-        # get tracked lists and empty caches.
+        # A cache is never restored (models pickled by older versions may
+        # hold one): its edit number belongs to another process.
         for name, value in state.items():
-            setattr(self, name, value)
+            if name != "_fused":
+                object.__setattr__(self, name, value)
 
 
 class Neuron(Module):
     """``act(w·x + b)``; ReLU when ``nonlin`` (micrograd's only one)."""
 
-    _lists = ("w",)
+    _pg_shape = frozenset({"__class__", "w", "b", "nonlin", "fused", "_backend"})
 
     def __init__(self, nin: int, nonlin: bool = True, *, fused: bool = True,
                  engine: str = "c") -> None:
@@ -206,7 +186,7 @@ class Neuron(Module):
         nin = to_size(nin, "nin")
         self._backend = backend_named(engine)
         Value = self._backend.Value
-        self.w = [Value(random.uniform(-1, 1)) for _ in range(nin)]
+        self.w = _Tracked([Value(random.uniform(-1, 1)) for _ in range(nin)])
         self.b = Value(0)
         self.nonlin = nonlin
         self.fused = fused
@@ -228,57 +208,68 @@ class Layer(Module):
     """``nout`` neurons over the same inputs; on the C engine, fused, the
     whole layer is one C call."""
 
-    _lists = ("neurons",)
-    _caches = ("_fused",)
-    # (_edits when built, the fused_layer arguments or None): see _fused_args.
+    _pg_shape = frozenset({"__class__", "neurons"})
+    # (_edits when built, the fused_layer arguments or None, the user's own
+    # lists to watch, the backend): see _fused_cache.
     _fused: Any = None
 
     def __init__(self, nin: int, nout: int, *, nonlin: bool = True, fused: bool = True,
                  engine: str = "c") -> None:
         """``nout`` ``Neuron(nin, nonlin, fused=fused, engine=engine)``."""
-        self.neurons = [Neuron(nin, nonlin, fused=fused, engine=engine)
-                        for _ in range(to_size(nout, "nout"))]
+        self.neurons = _Tracked([Neuron(nin, nonlin, fused=fused, engine=engine)
+                                 for _ in range(to_size(nout, "nout"))])
 
     def __call__(self, x: Sequence[Any]) -> Any:
-        fused = self._fused_args()
+        _, fused, _, backend = self._fused_cache()
         if fused is not None:
             packed, params, nin, nout, nonlin = fused
-            out = self.neurons[0]._backend.fused_layer(packed, params, x, nin, nout, nonlin)
+            out = backend.fused_layer(packed, params, x, nin, nout, nonlin)
         else:
             out = [n(x) for n in self.neurons]
         return out[0] if len(out) == 1 else out
 
-    def _fused_args(self) -> Optional[tuple]:
-        """``(packed_params, params, nin, nout, nonlin)`` for the backend's
-        fused_layer, or None if this layer runs neuron by neuron."""
+    def _fused_cache(self) -> tuple:
+        """``(edits, args, watched, backend)``: ``args``, the backend's
+        fused_layer arguments ``(packed_params, params, nin, nout, nonlin)``
+        without ``x``, or None if this layer runs neuron by neuron."""
         cache = self._fused
-        if cache is None or cache[0] != _edits:
+        if cache is None or cache[0] != _edits or (cache[2] and _moved(cache[2])):
             edits = _edits          # before reading the model: an edit meanwhile rebuilds
-            cache = self._fused = (edits, self._pack_fused())
-        return cache[1]
+            watched: List[Tuple[list, tuple]] = []
+            args, backend = self._pack_fused(watched)
+            cache = self._fused = (edits, args, watched, backend)
+        return cache
 
-    def _pack_fused(self) -> Optional[tuple]:
-        neurons = self.neurons
-        if not neurons or type(neurons) is not _Tracked:
-            return None
+    def _pack_fused(self, watched: List[Tuple[list, tuple]]) -> Tuple[Optional[tuple], Any]:
+        """The fused_layer arguments and the backend (see _fused_cache);
+        lists of the user's own that they were read from go to ``watched``."""
+        # Each list is read once, into a tuple: another thread changing the
+        # model meanwhile can't make the weights disagree with nin and nout.
+        neurons = tuple(self.neurons)
+        _watch(self.neurons, neurons, watched)
+        if not neurons:
+            return None, None
         n0 = neurons[0]
         backend = getattr(n0, "_backend", None)
         if backend is None or not backend.fuses_layers(len(neurons)):
-            return None
+            return None, None
         nin, nonlin = len(n0.w), bool(n0.nonlin)
+        params: List[Any] = []
         for n in neurons:
-            # One C call makes nout alike neurons of nin weights each: anything
-            # else (or a list we'd not see change) runs neuron by neuron.
+            # One C call makes nout alike neurons of nin weights each:
+            # anything else runs neuron by neuron.
+            w = tuple(n.w)
             if (type(n).__call__ is not Neuron.__call__ or n._backend is not backend
-                    or not n.fused or bool(n.nonlin) != nonlin or len(n.w) != nin
-                    or type(n.w) is not _Tracked):
-                return None
+                    or not n.fused or bool(n.nonlin) != nonlin or len(w) != nin):
+                return None, None
+            _watch(n.w, w, watched)
+            params.append(n.b)
+            params.extend(w)
+        if not backend.holds(params):
+            return None, None
         # The Values are kept with their packed form, so that the nodes stay
         # alive even if a neuron's list changes.
-        params = [p for n in neurons for p in [n.b] + n.w]
-        if not backend.holds(params):
-            return None
-        return (backend.pack(params), params, nin, len(neurons), nonlin)
+        return (backend.pack(params), params, nin, len(neurons), nonlin), backend
 
     def parameters(self) -> List[Any]:
         return [p for n in self.neurons for p in n.parameters()]
@@ -299,9 +290,9 @@ class Layer(Module):
 class MLP(Module):
     """Layers of sizes ``[nin] + nouts``; ReLU on all but the last."""
 
-    _lists = ("layers",)
-    _caches = ("_fused",)
-    # (_edits when built, packed, backend) of the fused pass: see __call__.
+    _pg_shape = frozenset({"__class__", "layers"})
+    # (_edits when built, packed, backend, the user's own lists to watch) of
+    # the fused pass: see __call__.
     # A class default, so that models pickled before it existed load and run.
     _fused: Any = None
 
@@ -314,16 +305,17 @@ class MLP(Module):
         sz = [to_size(nin, "nin")] + [to_size(n, "each of nouts") for n in nouts]
         if len(sz) < 2:
             raise ValueError("MLP nouts must name at least one layer")
-        self.layers = [Layer(sz[i], sz[i + 1], nonlin=i != len(nouts) - 1, fused=fused,
-                             engine=engine)
-                       for i in range(len(nouts))]
+        self.layers = _Tracked([Layer(sz[i], sz[i + 1], nonlin=i != len(nouts) - 1,
+                                      fused=fused, engine=engine)
+                                for i in range(len(nouts))])
         backend_named(engine).parameters_made()
 
     def __call__(self, x: Sequence[Any]) -> Any:
         cache = self._fused
-        if cache is None or cache[0] != _edits:
+        if cache is None or cache[0] != _edits or (cache[3] and _moved(cache[3])):
             edits = _edits          # before reading the model: an edit meanwhile rebuilds
-            cache = self._fused = (edits,) + self._pack_fused()
+            watched: List[Tuple[list, tuple]] = []
+            cache = self._fused = (edits,) + self._pack_fused(watched) + (watched,)
         if cache[1] is not None:
             # One pass in C: the hidden layers' outputs never become Values.
             out = cache[2].fused_layers(cache[1], x)
@@ -332,22 +324,23 @@ class MLP(Module):
             x = layer(x)
         return x
 
-    def _pack_fused(self) -> Tuple[Any, Any]:
+    def _pack_fused(self, watched: List[Tuple[list, tuple]]) -> Tuple[Any, Any]:
         """(the backend's packed layers, the backend), or (None, None) if a
         layer isn't fused, has a ``__call__`` of its own, or the layers are
-        on different engines."""
-        layers = self.layers
-        if not layers or type(layers) is not _Tracked:
+        on different engines.  Lists of the user's own go to ``watched``."""
+        layers = tuple(self.layers)
+        _watch(self.layers, layers, watched)
+        if not layers:
             return None, None
         fused = []
         backend: Optional[Backend] = None
         for layer in layers:
             if type(layer).__call__ is not Layer.__call__ or not isinstance(layer, Layer):
                 return None, None
-            args = layer._fused_args()
+            _, args, layer_watched, lb = layer._fused_cache()
             if args is None:
                 return None, None
-            lb = layer.neurons[0]._backend
+            watched.extend(layer_watched)
             if backend is not None and lb is not backend:
                 return None, None
             backend = lb

@@ -12,7 +12,7 @@ import math
 import numbers
 from typing import Any, Callable, Iterable, List, Set, Tuple, Union
 
-from ._numbers import real_or_none, to_real
+from ._numbers import real_or_none, value_data
 
 __all__ = ["Value"]
 
@@ -140,6 +140,15 @@ class _ieee:
     fabs = staticmethod(math.fabs)
 
 
+
+def _children_of(children: Iterable[Any]) -> Tuple["Value", ...]:
+    """``children`` as a tuple of Values (TypeError for anything else)."""
+    kids = tuple(children)
+    for c in kids:
+        if not isinstance(c, Value):
+            raise TypeError(f"Value _children must be Values, not {type(c).__name__}")
+    return kids
+
 class Value:
     """A scalar in a computation graph, with its gradient (pure Python)."""
 
@@ -148,13 +157,10 @@ class Value:
 
     def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
                  label: str = "") -> None:
-        self.data = to_real(data)
+        self.data = value_data(data, Value)
         self.grad = 0.0
         self._backward: Callable[[], None] = lambda: None
-        self._children: Tuple["Value", ...] = tuple(_children)
-        for c in self._children:
-            if not isinstance(c, Value):
-                raise TypeError(f"Value _children must be Values, not {type(c).__name__}")
+        self._children: Tuple["Value", ...] = _children_of(_children)
         self._op = _op
         self.label = label
         self._created = next(_creation_counter)
@@ -162,6 +168,11 @@ class Value:
     @property
     def _prev(self) -> Set["Value"]:
         return set(self._children)
+
+    @_prev.setter
+    def _prev(self, children: Iterable["Value"]) -> None:
+        # As micrograd: the children backward() walks (in the set's order).
+        self._children = _children_of(children)
 
     def _operand(self, other: Any) -> "Value":
         if isinstance(other, Value):

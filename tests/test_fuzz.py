@@ -60,6 +60,7 @@ The default run tries 25 examples of 30 steps (about 10 s); the slow run
     PYGRAD_FUZZ_EXAMPLES=20000 python -m pytest -m slow tests/test_fuzz.py
 """
 import copy
+import dis
 import gc
 import math
 import os
@@ -82,6 +83,7 @@ from pygrad import nn, optim
 from pygrad.reference import _ieee
 from pygrad import reference as ref
 from pygrad._core import lib
+from pygrad._lifetime import extras, registry
 
 from helpers import micrograd_style_tanh, same_double, show
 
@@ -232,6 +234,28 @@ PYGRAD_CODE = os.path.dirname(os.path.abspath(pygrad.__file__)) + os.sep
 TEST_CODE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+_WITH_EXITS = {}
+
+
+def with_exit_offsets(code):
+    """The bytecodes a ``with`` block runs on leaving normally before its
+    ``__exit__`` is called.  A Ctrl-C can't land there (none of them checks
+    for signals), but a trace function's exception can, and would skip
+    ``__exit__``: a lock left held by the fuzzer itself, not by pygrad."""
+    offsets = _WITH_EXITS.get(code)
+    if offsets is None:
+        ins = list(dis.get_instructions(code))
+        offsets = set()
+        for k in range(len(ins) - 4):
+            if all(i.opname == "LOAD_CONST" and i.argval is None for i in ins[k:k + 3]):
+                call = k + 3 if ins[k + 3].opname == "CALL" else k + 4
+                if ins[call].opname == "CALL" and ins[call].arg == 2:
+                    start = k - 1 if k and ins[k - 1].opname == "SWAP" else k
+                    offsets.update(i.offset for i in ins[start:call + 1])
+        _WITH_EXITS[code] = offsets
+    return offsets
+
+
 class Interrupter:
     """A trace function (``sys.settrace``) that raises KeyboardInterrupt at
     the n-th Python event (call, line, return, exception; with ``opcodes``,
@@ -257,7 +281,8 @@ class Interrupter:
         self.events += 1
         if self.first is None:
             self.first = self.where(frame, event)
-        if self.events == self.n and self.fired is None:
+        if (self.events >= self.n and self.fired is None
+                and frame.f_lasti not in with_exit_offsets(frame.f_code)):
             self.fired = self.where(frame, event)
             raise KeyboardInterrupt(f"fuzzer interrupt at {self.fired}")
         return self.local
@@ -301,6 +326,9 @@ def run_c(fn):
             f"the KeyboardInterrupt raised at {tracer.fired} came out as {e!r}")
         INTERRUPTS.cut = tracer.fired
         note(f"interrupted at {tracer.fired}")
+        # A lock left held would hang the next thread that needs it.
+        assert not registry.lock._is_owned() and not extras.lock._is_owned(), (
+            f"the KeyboardInterrupt raised at {tracer.fired} left an engine lock held")
         raise Cut(tracer.fired) from None
     finally:
         sys.settrace(old)

@@ -512,7 +512,42 @@ EDITS = {
     "layers sliced": lambda m: setattr(m, "layers", m.layers[:1]),
     "weights reversed in place": lambda m: m.layers[0].neurons[0].w.reverse(),
     "a neuron's nonlin only": lambda m: setattr(m.layers[0].neurons[0], "nonlin", False),
+    "w a list of mine, edited after": lambda m: mine_then_edit(m.layers[0].neurons[1]),
+    "w tied to another neuron's": lambda m: tie_then_edit(m.layers[0].neurons),
+    "neurons a list of mine, edited after": lambda m: mine_neurons_then_edit(m.layers[0]),
+    "layers a list of mine, edited after": lambda m: mine_layers_then_edit(m),
+    "w as a slice assignment": lambda m: m.layers[0].neurons[2].w.__setitem__(
+        slice(None), [C(0.125), C(-2.0)]),
 }
+
+
+def mine_then_edit(n):
+    mine = [C(0.5), C(-1.0)]
+    n.w = mine
+    assert n.w is mine                  # the user's own list, as in micrograd
+    n._pg_test_probe = None             # an attribute of no shape: no edit
+    mine[1] = C(4.0)                    # a list of theirs reports nothing
+
+
+def tie_then_edit(neurons):
+    neurons[2].w = neurons[0].w
+    assert neurons[2].w is neurons[0].w
+    neurons[0].w[0] = C(-3.0)           # both neurons see it
+
+
+def mine_neurons_then_edit(layer):
+    mine = list(layer.neurons)
+    layer.neurons = mine
+    assert layer.neurons is mine
+    mine[0] = Neuron(2)
+
+
+def mine_layers_then_edit(model):
+    mine = list(model.layers)
+    model.layers = mine
+    model([C(0.5), C(-0.25)])           # cached with a list of the user's
+    mine[1].neurons[0].b = C(1.5)
+    mine.append(Layer(1, 2, nonlin=False))
 
 
 @pytest.mark.parametrize("edit", sorted(EDITS))
@@ -588,3 +623,129 @@ def test_copies_of_a_model_see_their_own_edits():
         twin.layers[1].neurons[0].w[0] = C(10.0)
         assert twin(x).data == by_hand(twin, [0.5, -0.25])[0] != y
         assert model(x).data == y
+
+
+def test_an_attribute_of_no_shape_keeps_the_fused_caches():
+    # A counter of the user's own, set on every call, must not rebuild them.
+    class Counting(MLP):
+        def __call__(self, x):
+            self.calls = getattr(self, "calls", 0) + 1
+            return super().__call__(x)
+
+    random.seed(25)
+    model = Counting(2, [3, 1])
+    x = [C(0.5), C(-0.25)]
+    model(x)
+    caches = (model._fused, model.layers[0]._fused)
+    model.layers[0].neurons[0].note = "mine"
+    model(x)
+    assert model.calls == 2
+    assert (model._fused, model.layers[0]._fused) == caches
+    assert model._fused is caches[0]
+    model.layers[0].neurons[0].nonlin = False       # an attribute that shapes it
+    model(x)
+    assert model._fused is not caches[0]
+
+
+def test_attributes_named_like_pygrads_internals_of_old_are_the_users():
+    class Mine(Neuron):
+        def __init__(self, nin):
+            super().__init__(nin)
+            self._lists = [1, 2]
+            self._caches = "mine"
+
+    random.seed(26)
+    layer = Layer(2, 2)
+    layer.neurons[0] = Mine(2)
+    x = [0.5, -0.25]
+    assert layer.neurons[0]._lists == [1, 2] and layer.neurons[0]._caches == "mine"
+    assert [v.data for v in layer([C(v) for v in x])] == \
+        by_hand(type("M", (), {"layers": [layer]})(), x)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "copy", "pickle 0", "pickle 2", "pickle 5"])
+def test_tied_weights_stay_tied_in_copies(how):
+    import copy
+    import pickle
+    random.seed(27)
+    model = MLP(2, [3, 1])
+    neurons = model.layers[0].neurons
+    neurons[1].w = neurons[0].w
+    if how == "deepcopy":
+        twin = copy.deepcopy(model)
+    elif how == "copy":
+        twin = copy.copy(model)
+    else:
+        twin = pickle.loads(pickle.dumps(model, protocol=int(how.split()[1])))
+    tn = twin.layers[0].neurons
+    assert tn[1].w is tn[0].w
+    assert type(tn[0].w) is type(neurons[0].w)      # still reports its changes
+    x = [0.5, -0.25]
+    twin([C(v) for v in x])
+    tn[0].w[1] = C(7.0)
+    assert [bits(twin([C(v) for v in x]).data)] == [bits(v) for v in by_hand(twin, x)]
+
+
+def test_a_fused_layer_refuses_parameters_that_do_not_match_its_shape():
+    # What another thread's edit between reading widths and weights would
+    # hand to C: refused, never read past.
+    from pygrad._backend import C as CB
+    random.seed(28)
+    layer = Layer(2, 3)
+    params = layer.parameters()[:-1]
+    with pytest.raises(ValueError, match="needs 9 parameters, got 8"):
+        CB.fused_layer(CB.pack(params), params, [C(1.0), C(2.0)], 2, 3, True)
+    with pytest.raises(ValueError, match="needs 9 parameters, got 8"):
+        CB.pack_layers([(CB.pack(params), params, 2, 3, True)])
+
+
+def test_a_model_edited_from_threads_while_running_never_reads_past_its_weights():
+    import threading
+    random.seed(29)
+    model = MLP(2, [3, 1])
+    x = [C(0.5), C(-0.25)]
+    stop = threading.Event()
+    errors = []
+
+    def edit():
+        n = model.layers[0].neurons[1]
+        while not stop.is_set():
+            n.w.append(C(1.0))
+            n.w.pop()
+
+    def run():
+        try:
+            for _ in range(3000):
+                try:
+                    model(x)
+                except ValueError as e:         # caught mid-edit: widths differ
+                    assert "as many weights as inputs" in str(e), e
+        except BaseException as e:              # pragma: no cover - reported below
+            errors.append(e)
+
+    editor = threading.Thread(target=edit)
+    editor.start()
+    try:
+        run()
+    finally:
+        stop.set()
+        editor.join()
+    assert not errors
+    assert [bits(model(x).data)] == [bits(v) for v in by_hand(model, [0.5, -0.25])]
+
+
+def test_a_change_that_fails_midway_is_still_seen():
+    random.seed(30)
+    model = MLP(2, [3, 1])
+    x = [C(0.5), C(-0.25)]
+    model(x)
+    w = model.layers[1].neurons[0].w
+
+    def values():
+        yield C(9.0)
+        raise KeyError("midway")
+    with pytest.raises(KeyError):
+        w.extend(values())                  # one Value went in before it failed
+    assert len(w) == 4
+    with pytest.raises(ValueError, match="layer expects 4 inputs, got 3"):
+        model(x)

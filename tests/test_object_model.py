@@ -109,6 +109,52 @@ def test_label_and_op_belong_to_the_node():
     assert kid.label == "c" and kid._op == "*"
 
 
+@pytest.mark.parametrize("engine", ["c", "reference"])
+def test_op_names_can_be_set_as_on_micrograds_value(engine):
+    # micrograd-style code names its own ops: out = self + (-other); out._op = '-'
+    V = pygrad.reference.Value if engine == "reference" else Value
+    a, b = V(2.0), V(5.0)
+    out = a + (-b)
+    out._op = "-"
+    d = out * 2.0
+    ref = out._prev
+    del out
+    (kid,) = [x for x in d._prev if x.data == -3.0]
+    assert kid._op == "-" and kid._prev == ref
+    d.backward()
+    assert (a.grad, b.grad) == (2.0, -2.0)          # the math is the op's, not the name's
+    custom = V(1.0, (a,), "mine")
+    assert custom._op == "mine"
+    custom._op = "renamed"
+    assert custom._op == "renamed"
+    if engine == "c":
+        with pytest.raises(TypeError, match="_op must be str"):
+            d._op = 3
+
+
+def test_prev_is_fixed_on_the_c_engine_and_settable_on_the_reference():
+    a, b = Value(2.0), Value(3.0)
+    out = a * b
+    with pytest.raises(AttributeError, match="children are fixed when it is made"):
+        out._prev = {a}
+    assert out._prev == {a, b}
+    R = pygrad.reference.Value
+    x, y = R(2.0), R(0.0)
+    y._prev = {x}                       # micrograd: the children backward() walks
+    y._backward = lambda: setattr(x, "grad", x.grad + 3.0 * y.grad)
+    y.backward()
+    assert x.grad == 3.0
+    with pytest.raises(TypeError, match="_children must be Values"):
+        y._prev = {1.0}
+
+
+@pytest.mark.parametrize("engine", ["c", "reference"])
+def test_a_value_of_a_value_says_what_was_likely_meant(engine):
+    V = pygrad.reference.Value if engine == "reference" else Value
+    with pytest.raises(TypeError, match=r"not a Value .*use the Value itself, or Value\(v.data\)"):
+        V(V(0.5))
+
+
 class Named(Value):
     """A user's subclass (module level, so that pickle finds it)."""
 
