@@ -152,8 +152,10 @@ def _children_of(children: Iterable[Any]) -> Tuple["Value", ...]:
 class Value:
     """A scalar in a computation graph, with its gradient (pure Python)."""
 
+    # __dict__: attributes of one's own (an optimizer's momentum buffer), as
+    # on micrograd's Value and pygrad.Value.
     __slots__ = ("data", "grad", "_backward", "_children", "_op", "label", "_created",
-                 "__weakref__")
+                 "__dict__", "__weakref__")
 
     def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
                  label: str = "") -> None:

@@ -15,8 +15,10 @@ from helpers import micrograd_style_tanh
 
 # -- attributes ---------------------------------------------------------------
 
-def test_any_attribute_can_be_set_on_any_value():
-    a = Value(2.0)
+@pytest.mark.parametrize("engine", ["c", "reference"])
+def test_any_attribute_can_be_set_on_any_value(engine):
+    V = pygrad.reference.Value if engine == "reference" else Value
+    a = V(2.0)
     b = a * 3.0
     c = b.relu()
     for v in (a, b, c):
