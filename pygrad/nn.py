@@ -83,6 +83,13 @@ def _moved(watched: Sequence[Tuple[list, tuple]]) -> bool:
     return False
 
 
+def _stale(cache: Optional[tuple]) -> bool:
+    """Whether a fused cache ``(edits, packed, backend, watched)`` must be
+    rebuilt: never built, built before the latest edit, or a list of the
+    user's own has changed since."""
+    return cache is None or cache[0] != _edits or bool(cache[3] and _moved(cache[3]))
+
+
 def _watch(lst: Any, items: Sequence[Any], watched: List[Tuple[list, tuple]]) -> None:
     """Note ``lst`` (holding ``items``) for ``_moved`` unless it reports its
     own changes."""
@@ -209,8 +216,8 @@ class Layer(Module):
     whole layer is one C call."""
 
     _pg_shape = frozenset({"__class__", "neurons"})
-    # (_edits when built, the fused_layer arguments or None, the user's own
-    # lists to watch, the backend): see _fused_cache.
+    # (_edits when built, the fused_layer arguments or None, the backend,
+    # the user's own lists to watch): see _fused_cache.
     _fused: Any = None
 
     def __init__(self, nin: int, nout: int, *, nonlin: bool = True, fused: bool = True,
@@ -220,7 +227,7 @@ class Layer(Module):
                                  for _ in range(to_size(nout, "nout"))])
 
     def __call__(self, x: Sequence[Any]) -> Any:
-        _, fused, _, backend = self._fused_cache()
+        _, fused, backend, _ = self._fused_cache()
         if fused is not None:
             packed, params, nin, nout, nonlin = fused
             out = backend.fused_layer(packed, params, x, nin, nout, nonlin)
@@ -229,15 +236,14 @@ class Layer(Module):
         return out[0] if len(out) == 1 else out
 
     def _fused_cache(self) -> tuple:
-        """``(edits, args, watched, backend)``: ``args``, the backend's
+        """``(edits, args, backend, watched)``: ``args``, the backend's
         fused_layer arguments ``(packed_params, params, nin, nout, nonlin)``
         without ``x``, or None if this layer runs neuron by neuron."""
         cache = self._fused
-        if cache is None or cache[0] != _edits or (cache[2] and _moved(cache[2])):
+        if _stale(cache):
             edits = _edits          # before reading the model: an edit meanwhile rebuilds
             watched: List[Tuple[list, tuple]] = []
-            args, backend = self._pack_fused(watched)
-            cache = self._fused = (edits, args, watched, backend)
+            cache = self._fused = (edits,) + self._pack_fused(watched) + (watched,)
         return cache
 
     def _pack_fused(self, watched: List[Tuple[list, tuple]]) -> Tuple[Optional[tuple], Any]:
@@ -312,7 +318,7 @@ class MLP(Module):
 
     def __call__(self, x: Sequence[Any]) -> Any:
         cache = self._fused
-        if cache is None or cache[0] != _edits or (cache[3] and _moved(cache[3])):
+        if _stale(cache):
             edits = _edits          # before reading the model: an edit meanwhile rebuilds
             watched: List[Tuple[list, tuple]] = []
             cache = self._fused = (edits,) + self._pack_fused(watched) + (watched,)
@@ -337,7 +343,7 @@ class MLP(Module):
         for layer in layers:
             if type(layer).__call__ is not Layer.__call__ or not isinstance(layer, Layer):
                 return None, None
-            _, args, layer_watched, lb = layer._fused_cache()
+            _, args, lb, layer_watched = layer._fused_cache()
             if args is None:
                 return None, None
             watched.extend(layer_watched)

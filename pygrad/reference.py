@@ -140,7 +140,6 @@ class _ieee:
     fabs = staticmethod(math.fabs)
 
 
-
 def _children_of(children: Iterable[Any]) -> Tuple["Value", ...]:
     """``children`` as a tuple of Values (TypeError for anything else)."""
     kids = tuple(children)
@@ -148,6 +147,7 @@ def _children_of(children: Iterable[Any]) -> Tuple["Value", ...]:
         if not isinstance(c, Value):
             raise TypeError(f"Value _children must be Values, not {type(c).__name__}")
     return kids
+
 
 class Value:
     """A scalar in a computation graph, with its gradient (pure Python)."""
