@@ -58,10 +58,20 @@ typedef struct batch {
     double *shared_grad;      /* per shared leaf: its grad while a run accumulates */
     double *data, *grad;      /* nslots * stride each */
     double *tmp;              /* block */
+    pg_layer *layer;          /* whole layers, run as one unit each (layer.c) */
+    uint32_t nlayers;
+    uint32_t *layer_at;       /* per slot: 1 + the layer that starts or ends there, else 0 */
+    pg_layer_scratch scratch;
 } batch;
 
 static void batch_free(batch *b) {
     if (b == NULL) return;
+    for (uint32_t l = 0; b->layer != NULL && l < b->nlayers; l++) {
+        pg_layer *L = &b->layer[l];
+        free(L->x); free(L->gx); free(L->w); free(L->bias); free(L->gw); free(L->gb);
+    }
+    free(b->layer); free(b->layer_at);
+    free(b->scratch.g); free(b->scratch.gt); free(b->scratch.dump); free(b->scratch.ones);
     free(b->op); free(b->variant); free(b->k); free(b->nk); free(b->first_edge);
     free(b->x); free(b->xs); free(b->gx); free(b->gxs);
     free(b->zero_slot); free(b->summed); free(b->summed_into); free(b->input_slot); free(b->out_slot);
@@ -197,6 +207,138 @@ static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t
     return rc;
 }
 
+/* Layers: runs of at least MIN_LAYER neurons that layer.c can take. */
+#define MIN_LAYER 4
+
+static uint32_t bias_of(const batch *b, uint32_t s) {
+    return (b->variant[s] & PG_LINEAR_BIAS) ? 1 : 0;
+}
+static uint32_t inputs_of(const batch *b, uint32_t s) {
+    return (b->nk[s] - bias_of(b, s)) / 2;
+}
+/* The edge of slot s's weight j; its input's is the next. */
+static uint32_t weight_edge(const batch *b, uint32_t s, uint32_t j) {
+    return b->first_edge[s] + bias_of(b, s) + 2 * j;
+}
+
+/* Can slot s be a layer's neuron?  A LINEAR whose bias and weights are
+ * parameters used only here, each weight times a per-row input, the inputs
+ * distinct (mark: per slot, stamped s + 1 for the inputs of s). */
+static int layer_neuron(const batch *b, uint32_t s, uint32_t *mark) {
+    if (b->op[s] != PG_OP_LINEAR || b->nk[s] <= bias_of(b, s) || (b->nk[s] - bias_of(b, s)) % 2)
+        return 0;
+    uint32_t e = b->first_edge[s];
+    if (bias_of(b, s) && (b->xs[e] != 0 || b->gxs[e] != 0)) return 0;
+    for (uint32_t j = 0; j < inputs_of(b, s); j++) {
+        uint32_t w = weight_edge(b, s, j);
+        if (b->xs[w] != 0 || b->gxs[w] != 0 || b->xs[w + 1] != 1 || b->gxs[w + 1] != 1) return 0;
+        size_t in = (size_t)(b->x[w + 1] - b->data) / b->stride;
+        if (mark[in] == s + 1) return 0;
+        mark[in] = s + 1;
+    }
+    return 1;
+}
+
+/* Does slot t have slot s's variant and inputs? */
+static int same_layer(const batch *b, uint32_t s, uint32_t t) {
+    if (b->op[t] != PG_OP_LINEAR || b->variant[t] != b->variant[s] || b->nk[t] != b->nk[s])
+        return 0;
+    for (uint32_t j = 0; j < inputs_of(b, s); j++)
+        if (b->x[weight_edge(b, t, j) + 1] != b->x[weight_edge(b, s, j) + 1]) return 0;
+    return 1;
+}
+
+static int make_layer(batch *b, pg_layer *L, uint32_t s0, uint32_t m) {
+    L->s0 = s0;
+    L->m = m;
+    L->nin = inputs_of(b, s0);
+    L->lanes = (m + 3) & ~3u;
+    L->variant = b->variant[s0];
+    L->stride = b->stride;
+    L->y = b->data + (size_t)s0 * b->stride;
+    L->gy = b->grad + (size_t)s0 * b->stride;
+    if (!(PG_ALLOC(L->x, L->nin) && PG_ALLOC(L->gx, L->nin) &&
+          PG_ALLOC(L->w, (size_t)L->lanes * L->nin) && PG_ALLOC(L->bias, L->lanes) &&
+          PG_ALLOC(L->gw, (size_t)L->lanes * L->nin) && PG_ALLOC(L->gb, L->lanes)))
+        return 0;
+    for (uint32_t j = 0; j < L->nin; j++) {
+        uint32_t e = weight_edge(b, s0, j) + 1;
+        size_t in = (size_t)(b->x[e] - b->data) / b->stride;
+        L->x[j] = b->x[e];
+        /* An input column's row grads are read by no one. */
+        L->gx[j] = b->op[in] == PG_OP_LEAF ? NULL : b->gx[e];
+    }
+    return 1;
+}
+
+static int32_t find_layers(batch *b) {
+    if (!PG_LAYERS) return 0;
+    const uint32_t n = b->nslots;
+    uint32_t *mark = NULL;
+    uint32_t lanes = 0;
+    int ok = PG_ALLOC(mark, n) && PG_ALLOC(b->layer_at, n);
+    for (int fill = 0; ok && fill < 2; fill++) {      /* count, then make */
+        uint32_t count = 0;
+        memset(mark, 0, n * sizeof *mark);
+        for (uint32_t s = 0; ok && s < n;) {
+            uint32_t t = s + 1;
+            if (layer_neuron(b, s, mark))
+                while (t < n && same_layer(b, s, t) && layer_neuron(b, t, mark)) t++;
+            if (t - s >= MIN_LAYER) {
+                if (fill) {
+                    ok = make_layer(b, &b->layer[count], s, t - s);
+                    b->nlayers = count + 1;
+                    b->layer_at[s] = b->layer_at[t - 1] = count + 1;
+                    if (b->layer[count].lanes > lanes) lanes = b->layer[count].lanes;
+                }
+                count++;
+            }
+            s = t;
+        }
+        if (!fill && count > 0) ok = PG_ALLOC(b->layer, count);
+        if (!fill && count == 0) break;
+    }
+    free(mark);
+    pg_layer_scratch *sc = &b->scratch;
+    if (ok && b->nlayers > 0) {
+        ok = PG_ALLOC(sc->g, (size_t)lanes * b->stride) && PG_ALLOC(sc->gt, (size_t)lanes * b->stride) &&
+             PG_ALLOC(sc->dump, b->stride) && PG_ALLOC(sc->ones, b->stride);
+        for (size_t i = 0; ok && i < b->stride; i++) sc->ones[i] = 1.0;
+    }
+    return ok ? 0 : PG_E_NOMEM;
+}
+
+/* Each layer's parameters and grads into its arrays (at a run's start),
+ * and the grads' sums back (at its end). */
+static void layers_gather(batch *b) {
+    for (uint32_t l = 0; l < b->nlayers; l++) {
+        pg_layer *L = &b->layer[l];
+        for (uint32_t i = 0; i < L->m; i++) {
+            uint32_t s = L->s0 + i, e = b->first_edge[s];
+            if (bias_of(b, s)) {
+                L->bias[i] = *b->x[e];
+                L->gb[i] = *b->gx[e];
+            }
+            for (uint32_t j = 0; j < L->nin; j++) {
+                e = weight_edge(b, s, j);
+                L->w[(size_t)i * L->nin + j] = *b->x[e];
+                L->gw[(size_t)j * L->lanes + i] = *b->gx[e];
+            }
+        }
+    }
+}
+static void layers_scatter(batch *b) {
+    for (uint32_t l = 0; l < b->nlayers; l++) {
+        pg_layer *L = &b->layer[l];
+        for (uint32_t i = 0; i < L->m; i++) {
+            uint32_t s = L->s0 + i;
+            if (bias_of(b, s)) *b->gx[b->first_edge[s]] = L->gb[i];
+            for (uint32_t j = 0; j < L->nin; j++)
+                *b->gx[weight_edge(b, s, j)] = L->gw[(size_t)j * L->lanes + i];
+        }
+    }
+}
+
 int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t *inputs,
                          uint32_t ninputs, pg_batch *p, uint32_t *bad) {
     pg_batch_clear(p);
@@ -227,6 +369,7 @@ int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t 
         }
     pg_unlock();
     if (rc == 0) rc = lay_out(b, order, n, inputs, outputs, bad);
+    if (rc == 0) rc = find_layers(b);
     free(order);
     if (rc < 0) {
         batch_free(b);
@@ -263,6 +406,12 @@ static void run_block(batch *b, const double *rows, size_t m, double *out, const
     r.tmp = b->tmp;
     for (uint32_t s = 0; s < b->nslots; s++) {
         if (b->op[s] == PG_OP_LEAF) continue;
+        if (b->layer_at && b->layer_at[s]) {
+            const pg_layer *L = &b->layer[b->layer_at[s] - 1];
+            pg_layer_forward(L, m, b->scratch.dump);
+            s = L->s0 + L->m - 1;
+            continue;
+        }
         point_rows(b, s, &r);
         pg_row_rules[b->op[s]].forward(&r);
     }
@@ -278,6 +427,12 @@ static void run_block(batch *b, const double *rows, size_t m, double *out, const
     }
     for (uint32_t s = b->nslots; s-- > 0;) {
         if (b->op[s] == PG_OP_LEAF) continue;
+        if (b->layer_at && b->layer_at[s]) {
+            const pg_layer *L = &b->layer[b->layer_at[s] - 1];
+            pg_layer_backward(L, m, &b->scratch);
+            s = L->s0;
+            continue;
+        }
         point_rows(b, s, &r);
         pg_row_rules[b->op[s]].backward(&r);
     }
@@ -308,10 +463,12 @@ int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, con
         b->shared_data[j] = node->data;
         b->shared_grad[j] = node->grad;
     }
+    layers_gather(b);
     for (size_t r0 = 0; r0 < n; r0 += b->block) {
         size_t m = n - r0 < b->block ? n - r0 : b->block;
         run_block(b, rows + r0 * b->ninputs, m, out + r0 * b->nout, w ? w + r0 * b->nout : NULL);
     }
+    if (w != NULL) layers_scatter(b);
     if (w != NULL)
         for (uint32_t j = 0; j < b->nshared; j++) pg_N(b->shared_node[j])->grad = b->shared_grad[j];
     return 0;
@@ -320,4 +477,9 @@ int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, con
 uint32_t pg_batch_slots(const pg_batch *p) {
     const batch *b = p->impl;
     return b ? b->nslots : 0;
+}
+
+uint32_t pg_batch_layers(const pg_batch *p) {
+    const batch *b = p->impl;
+    return b ? b->nlayers : 0;
 }

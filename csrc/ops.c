@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "activation.h"
 #include "node.h"
 #include "program.h"
 
@@ -168,26 +169,6 @@ static void rows_backward_POW(const pg_rows *r) {
 UNARY_OP(EXP, exp(x), y * g)
 UNARY_OP(LOG, log(x), g / x)
 
-/* Activations as functions of a double, shared by the unary ops and
- * LINEAR; each local gradient is written in terms of the output. */
-/* 0 if x < 0 else x, by a mask rather than a branch (a random sign would
- * mispredict): the same bits as the comparison form, -0.0 and nan kept. */
-static inline double relu_of(double x) {
-    uint64_t bits;
-    memcpy(&bits, &x, sizeof bits);
-    bits &= -(uint64_t)!(x < 0.0);
-    memcpy(&x, &bits, sizeof x);
-    return x;
-}
-static inline double relu_slope(double out) { return (double)(out > 0.0); }
-static inline double tanh_slope(double t) { return 1.0 - t * t; }
-/* Never exp of a large positive number, so no overflow to inf / inf. */
-static inline double sigmoid_of(double x) {
-    if (x >= 0.0) return 1.0 / (1.0 + exp(-x));
-    double e = exp(x);
-    return e / (1.0 + e);
-}
-static inline double sigmoid_slope(double s) { return s * (1.0 - s); }
 
 UNARY_OP(TANH, tanh(x), tanh_slope(y) * g)
 /* micrograd: 0 if x < 0 else x (so relu(-0.0) is -0.0 and relu(nan) nan);
@@ -331,15 +312,9 @@ static void backward_LOGSUMEXP(pg_node *n) {
 
 /* The fused ops across rows: per row, exactly the node rules above.  The
  * common LINEAR case (a shared weight times a per-row input) goes through
- * these loops over distinct arrays, which the compiler vectorizes.  On
- * x86-64 Linux they are also built for AVX2 and picked at load time (the
- * same IEEE operations, four doubles at a time; no FMA, which AVX2 does not
- * imply, and -ffp-contract=off holds). */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__SANITIZE_ADDRESS__)
-#define ROW_LOOP __attribute__((target_clones("avx2", "default")))
-#else
-#define ROW_LOOP
-#endif
+ * these loops over distinct arrays, which the compiler vectorizes (and
+ * builds for AVX2 too: ROW_LOOP, program.h).  A whole layer of such
+ * neurons runs as one unit instead (layer.c). */
 
 ROW_LOOP static void add_scaled(double *restrict y, double a, const double *restrict v, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = y[i] + a * v[i];

@@ -87,6 +87,49 @@ static inline int pg_program_runs(const pg_node *n) {
 #define PG_PREFETCH(p) ((void)(p))
 #endif
 
+/* The loops across rows are also built for AVX2 on x86-64 Linux and picked
+ * at load time: the same IEEE operations, four doubles at a time (no FMA,
+ * which AVX2 does not imply, and -ffp-contract=off holds). */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__SANITIZE_ADDRESS__)
+#define ROW_LOOP __attribute__((target_clones("avx2", "default")))
+#else
+#define ROW_LOOP
+#endif
+
+/* A layer across rows (layer.c): m neurons, consecutive LINEAR slots of one
+ * variant over the same nin per-row inputs (distinct), each weight and bias
+ * a parameter used nowhere else.  batch.c finds them and gathers their
+ * parameters into w and bias, and their grads' sums into gw and gb, around
+ * each run. */
+#if defined(__GNUC__) || defined(__clang__)
+#define PG_LAYERS 1
+#else
+#define PG_LAYERS 0
+#endif
+typedef struct pg_layer {
+    uint32_t s0, m, nin;      /* first slot, neurons, inputs */
+    uint32_t lanes;           /* m rounded up to a multiple of 4 */
+    int variant;              /* LINEAR's: activation | PG_LINEAR_BIAS */
+    size_t stride;            /* doubles from one slot's rows to the next's */
+    double *y, *gy;           /* neuron i's rows: y + i * stride, and their grads */
+    const double **x;         /* nin: each input's rows */
+    double **gx;              /* nin: each input's row grads; NULL where no one reads them */
+    double *w;                /* lanes x nin weights, neuron-major (neurons past m: 0) */
+    double *bias;             /* lanes */
+    double *gw;               /* nin x lanes weights' grad sums, input-major */
+    double *gb;               /* lanes */
+} pg_layer;
+typedef struct pg_layer_scratch {
+    double *g;                /* lanes x stride: act'(y) gy, rows inner */
+    double *gt;               /* stride x lanes: the same, rows outer */
+    double *dump;             /* stride: where the neurons past m write */
+    double *ones;             /* stride ones: the bias's "input" */
+} pg_layer_scratch;
+/* n rows (rows up to n rounded up to 4 may be computed too: a slot's
+ * padding). */
+void pg_layer_forward(const pg_layer *L, size_t n, double *dump);
+void pg_layer_backward(const pg_layer *L, size_t n, const pg_layer_scratch *s);
+
 /* calloc of count elements (at least one, so NULL means out of memory),
  * into ptr; true when it worked. */
 #define PG_ALLOC(ptr, count) \

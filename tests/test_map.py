@@ -11,6 +11,7 @@ import pytest
 
 import pygrad
 from pygrad import Value, _ops, nn
+from pygrad._core import lib
 from pygrad.reference import Value as RefValue
 
 
@@ -152,6 +153,78 @@ def test_block_boundaries(n):
     want = eager_grads(build, rows, [w0, w1, b])
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
     assert got[1:] == want[1:].tolist()   # used once: bit for bit
+
+
+
+def layer_program(nin, m, act, bias, seed, share=None):
+    """m dot nodes over the same nin per-row hidden values (made from the
+    inputs and parameters of their own, so their row grads matter),
+    combined into one output; share:
+    None, 'input' (one input twice in a neuron), 'weight' (a weight in two
+    neurons) or 'reuse' (the hidden values feed other nodes too)."""
+    rng = random.Random(seed)
+    W = [[Value(rng.uniform(-1, 1)) for _ in range(nin)] for _ in range(m)]
+    B = [Value(rng.uniform(-1, 1)) for _ in range(m)] if bias else [None] * m
+    if share == "weight":
+        W[-1][0] = W[0][0]
+    c = [rng.uniform(-2, 2) for _ in range(m)]
+    a = [Value(rng.uniform(0.5, 1.5)) for _ in range(nin)]
+
+    def build(v):
+        h = [(v[k % 2] * a[k] + 0.25 * k).tanh() if k % 3 else v[k % 2] * v[1 - k % 2] * a[k]
+             for k in range(nin)]
+        hs = h[:-1] + [h[0]] if share == "input" and nin > 1 else h
+        ys = [pygrad.dot(W[i], hs, B[i], act) for i in range(m)]
+        out = ys[0] * c[0]
+        for y, ci in zip(ys[1:], c[1:]):
+            out = out + y * ci
+        if share == "reuse":
+            out = out + h[-1] * h[0]
+        return out
+    params = [w for row in W for w in row] + [b for b in B if b is not None] + a
+    return build, list({id(p): p for p in params}.values())      # W[0][0] first
+
+
+def check_layer_program(build, params, n, seed, layers, twice=()):
+    rows = np.random.default_rng(seed).normal(size=(n, 2)) * 2
+    leaves = [Value(0.0), Value(0.0)]
+    prog = pygrad.compile(build(leaves), inputs=leaves)
+    assert lib.pg_batch_layers(prog._batch) == layers
+    assert_bitwise(prog.map(rows), eager_rows(build, rows, 2)[:, 0])
+    want = eager_grads(build, rows, params)
+    for p in params:
+        p.grad = 0.0
+    prog.map(rows, grad=np.ones(n))
+    got = np.array([p.grad for p in params])
+    # A weight in two neurons sums per row first: within rounding.
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    once = [k for k, p in enumerate(params) if not any(p is q for q in twice)]
+    assert_bitwise(got[once], want[once])
+    assert np.count_nonzero(got)
+
+
+@pytest.mark.parametrize("nin,m", [(1, 4), (2, 16), (3, 5), (17, 7), (5, 18), (4, 33)])
+@pytest.mark.parametrize("act", [None, "relu", "tanh", "sigmoid"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_whole_layers_are_the_per_neuron_rules_bit_for_bit(nin, m, act, bias):
+    # m dots over the same inputs run as one layer (csrc/layer.c): every
+    # row's output and every parameter's grad as the eager loop's, bit for
+    # bit, across block and vector tails (n not a multiple of 4 or 8).
+    seed = nin * 100 + m
+    build, params = layer_program(nin, m, act, bias, seed)
+    for n in (1, 3, 10, 263):
+        check_layer_program(build, params, n, seed + n, layers=1)
+
+
+@pytest.mark.parametrize("share", ["input", "weight", "reuse"])
+def test_layers_with_shared_inputs_or_weights(share):
+    # An input twice in a neuron: no layer, each neuron on its own; a weight
+    # in the first and the last neuron: those two on their own, the six
+    # between them a layer; hidden values read elsewhere too: still a
+    # layer, its row grads added in the sweep's order.
+    build, params = layer_program(6, 8, "relu", True, 5, share)
+    twice = params[:1] if share == "weight" else ()
+    check_layer_program(build, params, 37, 9, 0 if share == "input" else 1, twice)
 
 
 def unary_ops():
