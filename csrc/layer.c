@@ -42,6 +42,11 @@ INLINE v4 load4(const double *p) {
 }
 INLINE void store4(double *p, v4 v) { memcpy(p, &v, sizeof v); }
 INLINE v4 splat(double a) { return (v4){a, a, a, a}; }
+#if defined(__clang__) || __GNUC__ >= 12
+#define SHUFFLE(a, b, i, j, k, l) __builtin_shufflevector(a, b, i, j, k, l)
+#else
+#define SHUFFLE(a, b, i, j, k, l) __builtin_shuffle(a, b, (v4i){i, j, k, l})
+#endif
 /* relu_of, four at a time: the mask keeps -0.0 and nan as they are. */
 INLINE v4 relu4(v4 x) { return (v4)((v4i)x & ~(v4i)(x < (v4){0.0, 0.0, 0.0, 0.0})); }
 
@@ -160,8 +165,18 @@ ROW_LOOP void pg_layer_backward(const pg_layer *L, size_t n, const pg_layer_scra
         default: memcpy(gi, gy, n4 * sizeof *gi);
         }
     }
-    for (size_t r = 0; r < n; r++)
-        for (size_t i = 0; i < lanes; i++) gt[r * lanes + i] = i < L->m ? g[i * S + r] : 0.0;
+    /* gt from g by 4 x 4 blocks. */
+    for (size_t i = 0; i < lanes; i += 4)
+        for (size_t r = 0; r < n4; r += 4) {
+            v4 a = load4(g + i * S + r), b = load4(g + (i + 1) * S + r),
+               c = load4(g + (i + 2) * S + r), d = load4(g + (i + 3) * S + r);
+            v4 ab02 = SHUFFLE(a, b, 0, 4, 2, 6), ab13 = SHUFFLE(a, b, 1, 5, 3, 7);
+            v4 cd02 = SHUFFLE(c, d, 0, 4, 2, 6), cd13 = SHUFFLE(c, d, 1, 5, 3, 7);
+            store4(gt + r * lanes + i, SHUFFLE(ab02, cd02, 0, 1, 4, 5));
+            store4(gt + (r + 1) * lanes + i, SHUFFLE(ab13, cd13, 0, 1, 4, 5));
+            store4(gt + (r + 2) * lanes + i, SHUFFLE(ab02, cd02, 2, 3, 6, 7));
+            store4(gt + (r + 3) * lanes + i, SHUFFLE(ab13, cd13, 2, 3, 6, 7));
+        }
 
     size_t k0 = 0;
     for (; k0 + 16 <= lanes; k0 += 16) sums_lanes(L, k0, gt, s->ones, n, 4);

@@ -120,7 +120,8 @@ typedef struct pg_layer {
     double *gb;               /* lanes */
 } pg_layer;
 typedef struct pg_layer_scratch {
-    double *g;                /* lanes x stride: act'(y) gy, rows inner */
+    double *g;                /* lanes x stride: act'(y) gy, rows inner (rows past m: an
+                               * earlier layer's, summed into lanes no one reads) */
     double *gt;               /* stride x lanes: the same, rows outer */
     double *dump;             /* stride: where the neurons past m write */
     double *ones;             /* stride ones: the bias's "input" */
