@@ -69,6 +69,7 @@ static void batch_free(batch *b) {
     for (uint32_t l = 0; b->layer != NULL && l < b->nlayers; l++) {
         pg_layer *L = &b->layer[l];
         free(L->x); free(L->gx); free(L->w); free(L->bias); free(L->gw); free(L->gb);
+        free(L->w_leaf); free(L->b_leaf);
     }
     free(b->layer); free(b->layer_at);
     free(b->scratch.g); free(b->scratch.gt); free(b->scratch.dump); free(b->scratch.ones);
@@ -259,8 +260,15 @@ static int make_layer(batch *b, pg_layer *L, uint32_t s0, uint32_t m) {
     L->gy = b->grad + (size_t)s0 * b->stride;
     if (!(PG_ALLOC(L->x, L->nin) && PG_ALLOC(L->gx, L->nin) &&
           PG_ALLOC(L->w, (size_t)L->lanes * L->nin) && PG_ALLOC(L->bias, L->lanes) &&
-          PG_ALLOC(L->gw, (size_t)L->lanes * L->nin) && PG_ALLOC(L->gb, L->lanes)))
+          PG_ALLOC(L->gw, (size_t)L->lanes * L->nin) && PG_ALLOC(L->gb, L->lanes) &&
+          PG_ALLOC(L->w_leaf, (size_t)m * L->nin) && PG_ALLOC(L->b_leaf, m)))
         return 0;
+    for (uint32_t i = 0; i < m; i++) {
+        uint32_t s = s0 + i;
+        if (bias_of(b, s)) L->b_leaf[i] = (uint32_t)(b->x[b->first_edge[s]] - b->shared_data);
+        for (uint32_t j = 0; j < L->nin; j++)
+            L->w_leaf[(size_t)i * L->nin + j] = (uint32_t)(b->x[weight_edge(b, s, j)] - b->shared_data);
+    }
     for (uint32_t j = 0; j < L->nin; j++) {
         uint32_t e = weight_edge(b, s0, j) + 1;
         size_t in = (size_t)(b->x[e] - b->data) / b->stride;
@@ -314,27 +322,26 @@ static void layers_gather(batch *b) {
     for (uint32_t l = 0; l < b->nlayers; l++) {
         pg_layer *L = &b->layer[l];
         for (uint32_t i = 0; i < L->m; i++) {
-            uint32_t s = L->s0 + i, e = b->first_edge[s];
-            if (bias_of(b, s)) {
-                L->bias[i] = *b->x[e];
-                L->gb[i] = *b->gx[e];
+            if (L->variant & PG_LINEAR_BIAS) {
+                L->bias[i] = b->shared_data[L->b_leaf[i]];
+                L->gb[i] = b->shared_grad[L->b_leaf[i]];
             }
+            const uint32_t *leaf = L->w_leaf + (size_t)i * L->nin;
             for (uint32_t j = 0; j < L->nin; j++) {
-                e = weight_edge(b, s, j);
-                L->w[(size_t)i * L->nin + j] = *b->x[e];
-                L->gw[(size_t)j * L->lanes + i] = *b->gx[e];
+                L->w[(size_t)i * L->nin + j] = b->shared_data[leaf[j]];
+                L->gw[(size_t)j * L->lanes + i] = b->shared_grad[leaf[j]];
             }
         }
     }
 }
 static void layers_scatter(batch *b) {
     for (uint32_t l = 0; l < b->nlayers; l++) {
-        pg_layer *L = &b->layer[l];
+        const pg_layer *L = &b->layer[l];
         for (uint32_t i = 0; i < L->m; i++) {
-            uint32_t s = L->s0 + i;
-            if (bias_of(b, s)) *b->gx[b->first_edge[s]] = L->gb[i];
+            if (L->variant & PG_LINEAR_BIAS) b->shared_grad[L->b_leaf[i]] = L->gb[i];
+            const uint32_t *leaf = L->w_leaf + (size_t)i * L->nin;
             for (uint32_t j = 0; j < L->nin; j++)
-                *b->gx[weight_edge(b, s, j)] = L->gw[(size_t)j * L->lanes + i];
+                b->shared_grad[leaf[j]] = L->gw[(size_t)j * L->lanes + i];
         }
     }
 }

@@ -118,6 +118,7 @@ typedef struct pg_layer {
     double *bias;             /* lanes */
     double *gw;               /* nin x lanes weights' grad sums, input-major */
     double *gb;               /* lanes */
+    uint32_t *w_leaf, *b_leaf;  /* each weight's (m x nin) and bias's (m) shared leaf in batch.c */
 } pg_layer;
 typedef struct pg_layer_scratch {
     double *g;                /* lanes x stride: act'(y) gy, rows inner (rows past m: an
