@@ -24,7 +24,11 @@ The "interpreter floor" row is no engine: a ``__slots__`` object made with
 gradient), built over the same workload.  It is what any Python-level
 Value must at least cost per op (the method call, one object, one float
 op); it is timed forward only, interleaved with the engines, and the
-report gives pygrad's eager forward as a multiple of it.
+report gives pygrad's eager forward as a multiple of it.  The "floor + one
+cffi call" row is the same objects, each op also making the call into the
+C core that pygrad's op makes (same entry point, same argument count), but
+with segment 0, which the core refuses at once (after taking its lock):
+what any Value that makes one cffi API-mode call per op must at least cost.
 
 For each engine and workload, every repeat builds a fresh graph (forward),
 calls ``root.backward()`` and drops the graph; the three are timed apart and
@@ -281,7 +285,57 @@ class FloorValue:
         return out
 
 
+class CffiFloorValue(FloorValue):
+    """The interpreter floor plus one refused call into the C core per op:
+    the entry point and argument count of pygrad's own op, segment 0 (no
+    segment), so the core returns at once and no node is made."""
+
+    __slots__ = ()
+
+    def __add__(self, o: Any, _vv: Any = lib.pg_binary_ADD,
+                _vk: Any = lib.pg_binary_k_ADD) -> "CffiFloorValue":
+        if type(o) is CffiFloorValue:
+            _vv(0, 1, 1)
+            d = o.data
+        else:
+            _vk(0, 1, o)
+            d = o
+        out = _new(CffiFloorValue)
+        out.data = self.data + d
+        return out
+
+    __radd__ = __add__
+
+    def __mul__(self, o: Any, _vv: Any = lib.pg_binary_MUL,
+                _vk: Any = lib.pg_binary_k_MUL) -> "CffiFloorValue":
+        if type(o) is CffiFloorValue:
+            _vv(0, 1, 1)
+            d = o.data
+        else:
+            _vk(0, 1, o)
+            d = o
+        out = _new(CffiFloorValue)
+        out.data = self.data * d
+        return out
+
+    __rmul__ = __mul__
+
+    def __pow__(self, k: Any, _powk: Any = lib.pg_powk_float) -> "CffiFloorValue":
+        _powk(0, 1, k)
+        out = _new(CffiFloorValue)
+        out.data = self.data ** k
+        return out
+
+    def relu(self, _relu: Any = lib.pg_unary_RELU) -> "CffiFloorValue":
+        _relu(0, 1)
+        out = _new(CffiFloorValue)
+        d = self.data
+        out.data = 0.0 if d < 0.0 else d
+        return out
+
+
 FLOOR = "floor"
+CFFI_FLOOR = "floor+cffi"
 
 
 class Engine:
@@ -305,6 +359,10 @@ def load_engines(wanted: List[str]) -> Tuple[List[Engine], Dict[str, str]]:
         elif name == FLOOR:
             engines.append(Engine(FLOOR, FloorValue, platform.python_version(),
                                   "interpreter floor: forward only, no graph",
+                                  forward_only=True))
+        elif name == CFFI_FLOOR:
+            engines.append(Engine(CFFI_FLOOR, CffiFloorValue, pygrad.__version__,
+                                  "interpreter floor + one refused cffi call per op",
                                   forward_only=True))
         elif name == "micrograd":
             try:
@@ -347,7 +405,9 @@ def verify(plan: Any, engines: List[Engine]) -> Dict[str, Any]:
     floor_data = None
     for e in engines:
         if e.forward_only:
-            floor_data = float(plan.build(e.V)[0].data)
+            data = float(plan.build(e.V)[0].data)
+            assert floor_data is None or bits(data) == bits(floor_data), (e.name, data, floor_data)
+            floor_data = data
             continue
         root, extra = plan.build(e.V)
         leaves = extra[0] if isinstance(extra[0], list) else list(extra)
@@ -534,6 +594,10 @@ def bench_workload(plan: Any, engines: List[Engine], repeats: int,
         # paired within each repeat (the two builds ran back to back)
         out["pygrad_over_floor_fwd_per_repeat"] = summary(
             [p["fwd"] / f["fwd"] for p, f in zip(raw["pygrad"], raw[FLOOR]) if "error" not in p])
+    cffi_floor = out["engines"].get(CFFI_FLOOR, {})
+    if "fwd_ns_per_op" in cffi_floor and "fwd_ns_per_op" in floor:
+        ratios["floor+cffi/floor fwd"] = (cffi_floor["fwd_ns_per_op"]["median"]
+                                          / floor["fwd_ns_per_op"]["median"])
     out["ratios"] = ratios
     return out
 
@@ -587,7 +651,8 @@ def markdown(results: Dict[str, Any]) -> str:
                 return "n/a" if a is None or p is None else f"{a / p:,.1f}x"
 
             heap = w.get("python_heap_bytes_per_op", {}).get(ename)
-            label = "interpreter floor (fwd only)" if ename == FLOOR else ename
+            label = {FLOOR: "interpreter floor (fwd only)",
+                     CFFI_FLOOR: "floor + one cffi call (fwd only)"}.get(ename, ename)
             lines.append(
                 f"| {label} | {fmt(med('fwd_ns_per_op'))} | {fmt(med('bwd_ns_per_op'))} "
                 f"| {fmt(med('total_ns_per_op'))} | {fmt(med('free_ns_per_op'))} | {fmt(heap)} "
@@ -612,6 +677,10 @@ def markdown(results: Dict[str, Any]) -> str:
             lines += ["", f"pygrad eager forward / interpreter floor: "
                           f"{w['ratios']['pygrad/floor fwd']:.2f}x (medians; per repeat, paired: "
                           f"median {pr['median']:.2f}x, range {pr['min']:.2f}..{pr['max']:.2f}x)."]
+        if "floor+cffi/floor fwd" in w["ratios"]:
+            lines += ["", f"floor + one cffi call per op / interpreter floor: "
+                          f"{w['ratios']['floor+cffi/floor fwd']:.2f}x (medians): the least a "
+                          f"Value making one cffi API-mode call per op can cost."]
         ver = w["verification"]
         if ver.get("pygrad_equals_reference_bitwise"):
             v = (f"check: pygrad == reference bit for bit (root data and "
@@ -639,7 +708,7 @@ def markdown(results: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-RATIO_KEYS = ["pygrad/floor fwd", "micrograd/pygrad fwd", "micrograd/pygrad bwd",
+RATIO_KEYS = ["pygrad/floor fwd", "floor+cffi/floor fwd", "micrograd/pygrad fwd", "micrograd/pygrad bwd",
               "reference/pygrad fwd", "reference/pygrad bwd",
               "torch/pygrad fwd", "torch/pygrad bwd"]
 
@@ -652,8 +721,9 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     ap.add_argument("--repeats", type=int, default=None, help="repeats per engine (default 5)")
     ap.add_argument("--ops", type=int, default=None, help="ops per workload (default 200000)")
     ap.add_argument("--seed", type=int, default=20240601)
-    ap.add_argument("--engines", default="pygrad,floor,reference,micrograd,torch",
-                    help="'floor' is the interpreter floor (forward only)")
+    ap.add_argument("--engines", default="pygrad,floor,floor+cffi,reference,micrograd,torch",
+                    help="'floor' is the interpreter floor, 'floor+cffi' the floor plus one "
+                         "cffi call per op (both forward only)")
     ap.add_argument("--workloads", default="chain,dag")
     ap.add_argument("--no-heap", action="store_true", help="skip the tracemalloc pass")
     ap.add_argument("--json", metavar="PATH", default=None, help="write results as JSON")
