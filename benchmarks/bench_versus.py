@@ -15,6 +15,8 @@ measures the eager tier on the same workloads:
   fused     ms per step of the same task on pygrad.nn.MLP (fused layers,
             100 samples, hinge loss, optim.SGD)
   replay    ms per step of that graph compiled and replayed
+  batched   µs per step of that task as one sample's graph run over the 100
+            rows (Program.map with grad, then optim.SGD with weight_decay)
 
 It prints the median of each figure per tree and the ratio this / base.
 """
@@ -119,11 +121,32 @@ def fused_and_replay(steps):
     replay = (time.perf_counter() - t) / (steps * 20)
     return fused, replay
 
+def batched(steps):
+    import numpy as np
+    import pygrad
+    from pygrad import nn, optim
+    rng = np.random.default_rng(0)
+    model = nn.MLP(2, [16, 16, 1])
+    model.set_data(rng.uniform(-1, 1, len(model.parameters())))
+    X = rng.uniform(-1, 1, (100, 2))
+    rows = np.column_stack([X, np.where(X[:, 0] > 0, 1.0, -1.0)])
+    x0, x1, yi = Value(0.0), Value(0.0), Value(0.0)
+    prog = pygrad.compile((1 + -yi * model([x0, x1])).relu(), inputs=[x0, x1, yi])
+    opt = optim.SGD(model.parameters(), lr=0.05, weight_decay=2e-4)
+    w = np.full(len(rows), 1.0 / len(rows))
+    t = time.perf_counter()
+    for _ in range(steps):
+        opt.zero_grad()
+        prog.map(rows, grad=w)
+        opt.step()
+    return (time.perf_counter() - t) / steps
+
 fwd, bwd = chain(int(sys.argv[1]))
 gc.collect()
 fused, replay = fused_and_replay(20)
 out = {"forward": fwd * 1e9, "backward": bwd * 1e9, "value": leaves(100_000) * 1e9,
-       "moons": moons_step(5) * 1e3, "fused": fused * 1e3, "replay": replay * 1e3}
+       "moons": moons_step(5) * 1e3, "fused": fused * 1e3, "replay": replay * 1e3,
+       "batched": batched(2000) * 1e6}
 print(json.dumps(out))
 '''
 
@@ -151,7 +174,8 @@ def main(argv: "List[str] | None" = None) -> Dict[str, Dict[str, float]]:
     print(f"{'figure':<10} {'base':>10} {'this':>10} {'this/base':>10}   "
           f"(median of {args.repeats}, alternating processes)")
     for k, unit in (("forward", "ns/op"), ("backward", "ns/node"), ("value", "ns/leaf"),
-                    ("moons", "ms/step"), ("fused", "ms/step"), ("replay", "ms/step")):
+                    ("moons", "ms/step"), ("fused", "ms/step"), ("replay", "ms/step"),
+                    ("batched", "µs/step")):
         b, t = med["base"][k], med["this"][k]
         print(f"{k:<10} {b:>10.1f} {t:>10.1f} {t / b:>10.3f}   {unit}")
     return med

@@ -413,12 +413,14 @@ static void run_block(batch *b, const double *rows, size_t m, double *out, const
     r.tmp = b->tmp;
     for (uint32_t s = 0; s < b->nslots; s++) {
         if (b->op[s] == PG_OP_LEAF) continue;
+#if PG_LAYERS
         if (b->layer_at && b->layer_at[s]) {
             const pg_layer *L = &b->layer[b->layer_at[s] - 1];
             pg_layer_forward(L, m, b->scratch.dump);
             s = L->s0 + L->m - 1;
             continue;
         }
+#endif
         point_rows(b, s, &r);
         pg_row_rules[b->op[s]].forward(&r);
     }
@@ -426,20 +428,24 @@ static void run_block(batch *b, const double *rows, size_t m, double *out, const
         for (size_t i = 0; i < m; i++) out[i * b->nout + j] = b->out_x[j][i * b->out_xs[j]];
     if (w == NULL) return;
 
+    /* Up to a multiple of 4 rows: the layers run over a slot's padding too
+     * (layer.c), which must not pile up sums from block to block. */
     for (uint32_t z = 0; z < b->nzero; z++)
-        memset(b->grad + (size_t)b->zero_slot[z] * B, 0, m * sizeof(double));
+        memset(b->grad + (size_t)b->zero_slot[z] * B, 0, ((m + 3) & ~(size_t)3) * sizeof(double));
     for (uint32_t j = 0; j < b->nout; j++) {
         double *g = b->grad + (size_t)b->out_slot[j] * B;
         for (size_t i = 0; i < m; i++) g[i] += w[i * b->nout + j];
     }
     for (uint32_t s = b->nslots; s-- > 0;) {
         if (b->op[s] == PG_OP_LEAF) continue;
+#if PG_LAYERS
         if (b->layer_at && b->layer_at[s]) {
             const pg_layer *L = &b->layer[b->layer_at[s] - 1];
             pg_layer_backward(L, m, &b->scratch);
             s = L->s0;
             continue;
         }
+#endif
         point_rows(b, s, &r);
         pg_row_rules[b->op[s]].backward(&r);
     }
@@ -486,7 +492,8 @@ uint32_t pg_batch_slots(const pg_batch *p) {
     return b ? b->nslots : 0;
 }
 
-uint32_t pg_batch_layers(const pg_batch *p) {
+int32_t pg_batch_layers(const pg_batch *p) {
     const batch *b = p->impl;
-    return b ? b->nlayers : 0;
+    if (!PG_LAYERS) return -1;
+    return b ? (int32_t)b->nlayers : 0;
 }

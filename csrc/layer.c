@@ -24,11 +24,13 @@
 
 #if PG_LAYERS
 
-/* The vector helpers are always inlined, so the ABI GCC warns of (vectors
- * passed without AVX in the default build) is never used. */
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
+/* The vector helpers are always inlined, so the ABI the compilers warn of
+ * (vectors passed without AVX in the default build) is never used.  The
+ * AVX2 clones call only helpers that take pointers, which clang requires. */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wunknown-warning-option"
 #endif
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 typedef double v4 __attribute__((vector_size(32)));
 typedef int64_t v4i __attribute__((vector_size(32)));
@@ -150,6 +152,21 @@ INLINE void input_grad_tile(const pg_layer *L, uint32_t j, const double *g, size
     for (int u = 0; u < U; u++) store4(gx + 4 * u, acc[u]);
 }
 
+/* gt = g rows-outer, by 4 x 4 blocks: rows r .. r + 3 of lanes i .. i + 3. */
+INLINE void transpose_rows(const double *g, size_t S, double *gt, size_t lanes, size_t n4) {
+    for (size_t i = 0; i < lanes; i += 4)
+        for (size_t r = 0; r < n4; r += 4) {
+            v4 a = load4(g + i * S + r), b = load4(g + (i + 1) * S + r),
+               c = load4(g + (i + 2) * S + r), d = load4(g + (i + 3) * S + r);
+            v4 ab02 = SHUFFLE(a, b, 0, 4, 2, 6), ab13 = SHUFFLE(a, b, 1, 5, 3, 7);
+            v4 cd02 = SHUFFLE(c, d, 0, 4, 2, 6), cd13 = SHUFFLE(c, d, 1, 5, 3, 7);
+            store4(gt + r * lanes + i, SHUFFLE(ab02, cd02, 0, 1, 4, 5));
+            store4(gt + (r + 1) * lanes + i, SHUFFLE(ab13, cd13, 0, 1, 4, 5));
+            store4(gt + (r + 2) * lanes + i, SHUFFLE(ab02, cd02, 2, 3, 6, 7));
+            store4(gt + (r + 3) * lanes + i, SHUFFLE(ab13, cd13, 2, 3, 6, 7));
+        }
+}
+
 ROW_LOOP void pg_layer_backward(const pg_layer *L, size_t n, const pg_layer_scratch *s) {
     const size_t S = L->stride, lanes = L->lanes, n4 = (n + 3) & ~(size_t)3;
     double *g = s->g, *gt = s->gt;
@@ -165,18 +182,9 @@ ROW_LOOP void pg_layer_backward(const pg_layer *L, size_t n, const pg_layer_scra
         default: memcpy(gi, gy, n4 * sizeof *gi);
         }
     }
-    /* gt from g by 4 x 4 blocks. */
-    for (size_t i = 0; i < lanes; i += 4)
-        for (size_t r = 0; r < n4; r += 4) {
-            v4 a = load4(g + i * S + r), b = load4(g + (i + 1) * S + r),
-               c = load4(g + (i + 2) * S + r), d = load4(g + (i + 3) * S + r);
-            v4 ab02 = SHUFFLE(a, b, 0, 4, 2, 6), ab13 = SHUFFLE(a, b, 1, 5, 3, 7);
-            v4 cd02 = SHUFFLE(c, d, 0, 4, 2, 6), cd13 = SHUFFLE(c, d, 1, 5, 3, 7);
-            store4(gt + r * lanes + i, SHUFFLE(ab02, cd02, 0, 1, 4, 5));
-            store4(gt + (r + 1) * lanes + i, SHUFFLE(ab13, cd13, 0, 1, 4, 5));
-            store4(gt + (r + 2) * lanes + i, SHUFFLE(ab02, cd02, 2, 3, 6, 7));
-            store4(gt + (r + 3) * lanes + i, SHUFFLE(ab13, cd13, 2, 3, 6, 7));
-        }
+    /* The lanes past m: zeros, not what an earlier layer left there. */
+    for (size_t i = L->m; i < lanes; i++) memset(g + i * S, 0, n4 * sizeof *g);
+    transpose_rows(g, S, gt, lanes, n4);
 
     size_t k0 = 0;
     for (; k0 + 16 <= lanes; k0 += 16) sums_lanes(L, k0, gt, s->ones, n, 4);

@@ -90,7 +90,9 @@ static inline int pg_program_runs(const pg_node *n) {
 /* The loops across rows are also built for AVX2 on x86-64 Linux and picked
  * at load time: the same IEEE operations, four doubles at a time (no FMA,
  * which AVX2 does not imply, and -ffp-contract=off holds). */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__SANITIZE_ADDRESS__)
+/* (target_clones needs ifunc: glibc has it, musl does not.) */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && \
+    !defined(__SANITIZE_ADDRESS__)
 #define ROW_LOOP __attribute__((target_clones("avx2", "default")))
 #else
 #define ROW_LOOP
@@ -121,8 +123,7 @@ typedef struct pg_layer {
     uint32_t *w_leaf, *b_leaf;  /* each weight's (m x nin) and bias's (m) shared leaf in batch.c */
 } pg_layer;
 typedef struct pg_layer_scratch {
-    double *g;                /* lanes x stride: act'(y) gy, rows inner (rows past m: an
-                               * earlier layer's, summed into lanes no one reads) */
+    double *g;                /* lanes x stride: act'(y) gy, rows inner (rows past m: 0) */
     double *gt;               /* stride x lanes: the same, rows outer */
     double *dump;             /* stride: where the neurons past m write */
     double *ones;             /* stride ones: the bias's "input" */

@@ -196,8 +196,9 @@ int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t 
                          uint32_t ninputs, pg_batch *b, uint32_t *bad);
 int32_t pg_batch_run(pg_batch *b, const double *rows, size_t n, double *out, const double *w);
 uint32_t pg_batch_slots(const pg_batch *b);
-/* How many whole layers run as one unit each (batch.c, layer.c). */
-uint32_t pg_batch_layers(const pg_batch *b);
+/* How many whole layers run as one unit each (batch.c, layer.c); -1 in a
+ * build without the layer kernels (a compiler without vector extensions). */
+int32_t pg_batch_layers(const pg_batch *b);
 void pg_batch_clear(pg_batch *b);
 
 /* Test hook: the n-th heap allocation from now fails (0 disarms), as if

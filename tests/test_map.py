@@ -189,7 +189,7 @@ def check_layer_program(build, params, n, seed, layers, twice=()):
     rows = np.random.default_rng(seed).normal(size=(n, 2)) * 2
     leaves = [Value(0.0), Value(0.0)]
     prog = pygrad.compile(build(leaves), inputs=leaves)
-    assert lib.pg_batch_layers(prog._batch) == layers
+    assert lib.pg_batch_layers(prog._batch) in (layers, -1)    # -1: no layer kernels (MSVC)
     assert_bitwise(prog.map(rows), eager_rows(build, rows, 2)[:, 0])
     want = eager_grads(build, rows, params)
     for p in params:
