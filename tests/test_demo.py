@@ -80,6 +80,15 @@ def test_cli_version(capsys):
     assert capsys.readouterr().out.strip() == f"pygrad {pygrad.__version__}"
 
 
+def test_cli_batched_tier_says_how_close_it_is(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert demo.main(["--dataset", "moons", "--steps", "3", "--no-plot", "--tier", "batched",
+                      "--reference-seconds", "0.001"]) == 0
+    out = capsys.readouterr().out
+    assert "same losses to 1e-12 (batched: sums over rows in row order): True" in out
+    assert "bit for bit" not in out
+
+
 @pytest.mark.parametrize("argv", [["--steps", "0"], ["--steps", "-3"], ["--dataset", "mnist"],
                                   ["--steps", "many"]])
 def test_cli_bad_arguments_are_errors(capsys, argv):
