@@ -9,12 +9,15 @@
  * reached node are skipped whole, so unrelated live graphs cost little.
  *
  * The walk runs under the lock.  A node whose backward is a Python closure
- * can't run there: then the walk only records the order into Python's
- * sweep, releases the lock, and the recorded rules run, handing Python one
- * closure at a time (pg_backward returns h + 1; pg_backward_resume
- * continues).
+ * can't run there: when one may lie below the root (the root is
+ * Python-held, or a closure was set late: memory.c), the walk only records
+ * the order into Python's sweep and saves every grad it will touch, then
+ * releases the lock, and the recorded rules run, handing Python one closure
+ * at a time (pg_backward returns h + 1; pg_backward_resume continues).  If
+ * a closure fails, pg_sweep_restore puts every saved grad back.
  */
 #include <stdlib.h>
+#include <string.h>
 #include "node.h"
 
 static uint32_t epoch;
@@ -33,8 +36,37 @@ static int reserve(pg_sweep *s, size_t need) {
 void pg_sweep_clear(pg_sweep *s) {
     if (s == NULL) return;
     free(s->order);
+    free(s->saved);
     s->order = NULL;
+    s->saved = NULL;
     s->n = s->cap = s->pos = 0;
+}
+
+/* Save the grad and aux word (SUB and DIV keep a hidden grad there: ops.c)
+ * of every recorded node, before any changes. */
+static int save(pg_sweep *s) {
+    free(s->saved);
+    s->saved = pg_malloc((s->n ? s->n : 1) * 2 * sizeof(double));
+    if (s->saved == NULL) return 0;
+    for (size_t i = 0; i < s->n; i++) {
+        pg_node *n = pg_N(s->order[i]);
+        s->saved[2 * i] = n->grad;
+        memcpy(&s->saved[2 * i + 1], &n->aux, sizeof(double));
+    }
+    return 1;
+}
+
+void pg_sweep_restore(pg_sweep *s) {
+    if (s == NULL || s->done || s->saved == NULL) return;
+    pg_lock();
+    for (size_t i = 0; i < s->n; i++) {
+        pg_node *n = pg_N(s->order[i]);
+        if (n->flags & PG_F_DEAD) continue;
+        n->grad = s->saved[2 * i];
+        memcpy(&n->aux, &s->saved[2 * i + 1], sizeof(double));
+    }
+    s->done = 1;
+    pg_unlock();
 }
 
 /* Walk from the roots (lock held; live, distinct handles).  Returns 0 when
@@ -42,10 +74,10 @@ void pg_sweep_clear(pg_sweep *s) {
  * involved, or record_all: replay records every node and applies nothing),
  * or a PG_E_*. */
 static int walk(const uint32_t *roots, uint32_t nroots, int record_all, pg_sweep *s) {
-    /* While any node has a Python backward, the walk only records, with
-     * room for every live node made up front: running out of memory then
-     * happens before any grad has changed. */
-    int record = record_all || pg_py_backward_nodes() > 0;
+    /* When a closure may be met, the walk only records, with room for
+     * every live node made up front: running out of memory then happens
+     * before any grad has changed. */
+    int record = record_all || (pg_N(roots[0])->flags & PG_F_PY_HELD) || pg_late_py_nodes() > 0;
     if (record) {
         if (s == NULL) return PG_E_SWEEP;
         s->n = s->pos = 0;
@@ -66,7 +98,7 @@ static int walk(const uint32_t *roots, uint32_t nroots, int record_all, pg_sweep
         pg_node *r = pg_N(h);
         if (r->mark == ep) continue;
         r->mark = ep;
-        if (!record_all) r->grad = 1.0;
+        if (!record) r->grad = 1.0;
         sj->reach_epoch = ep;
         pending++;
     }
@@ -110,19 +142,28 @@ static int32_t run(pg_sweep *s) {
         if (n->flags & PG_F_PY_BACKWARD) return (int32_t)(h + 1);
         pg_rules[n->op].backward(n);
     }
+    s->done = 1;
     return 0;
 }
 
 int32_t pg_backward(uint32_t root, pg_sweep *s) {
     pg_lock();
     int rc = pg_handle_valid(root) ? walk(&root, 1, 0, s) : PG_E_ARG;
+    if (rc > 0) {
+        if (save(s)) {
+            s->done = 0;
+            pg_N(root)->grad = 1.0;
+        } else {
+            rc = PG_E_NOMEM;
+        }
+    }
     pg_unlock();
     if (rc <= 0) return rc;
     return run(s);
 }
 
 int pg_record_order(const uint32_t *roots, uint32_t nroots, uint32_t **order, size_t *n) {
-    pg_sweep s = {NULL, 0, 0, 0};
+    pg_sweep s = {NULL, NULL, 0, 0, 0, 0};
     pg_lock();
     int rc = nroots > 0 ? 0 : PG_E_ARG;
     for (uint32_t j = 0; rc == 0 && j < nroots; j++)

@@ -1,39 +1,46 @@
 /*
- * Node lifetime.  The whole design, once (Python's side: pygrad/_lifetime.py):
+ * Node lifetime.  The whole design, once; Python's side is summarised in
+ * pygrad/_lifetime.py, beside the code that does it.
  *
- *   A node is kept while something holds it:
- *     - a parent node (refs counts them);
- *     - a node claim: one Python object holding this node (refs counts it);
- *     - the segment claim of its graph segment (one Python object per segment).
- *   When none holds it, it is freed, and its children lose a parent.
+ * Eight concepts:
+ *   1. node     a slot of a segment.  It lives while it is fresh or held.
+ *   2. refs     what holds a node in C: its parents, and claims.
+ *   3. claim    Python's hold on one node (a pg_claim, released in C by
+ *               ffi.gc when the Value that owns it dies).
+ *   4. fresh    a node just handed to Python as a new Value.  The Value sits
+ *               in its segment's list in Python, so nothing needs to be
+ *               counted per op; the node is held until Python settles it.
+ *   5. segment  PG_SEG_NODES slots mapped from the OS, never moved, so a
+ *               handle (sid << PG_SEG_BITS | offset) stays valid while its
+ *               node lives.  Each thread bump-allocates in a segment of its
+ *               own (its current one), so creation order is a topological
+ *               order (backward.c relies on it) and no other thread can add
+ *               to a segment while Python settles it.
+ *   6. closed   a segment that takes no more nodes: it was full, needed a
+ *               newer segment for a child, or its thread ended.  It waits,
+ *               queued, for Python to settle it.
+ *   7. settle   Python's verdict on fresh nodes, from its Values' reference
+ *               counts (no heap scan): a dead Value clears its node's fresh
+ *               mark (pg_unfresh); a live one in a closed segment takes a
+ *               claim first; pg_settle then clears what is left of the
+ *               segment's fresh marks (nodes whose Value never came, as after
+ *               a KeyboardInterrupt) and unqueues it.
+ *   8. free     a node that is neither fresh nor held is freed, and its
+ *               children lose a parent (a cascade over an intrusive work
+ *               list, never the C stack).  A settled segment with no live
+ *               node is recycled: its mapping pooled, its sid reused.
  *
- *         created ──► held ──(refs == 0 and segment unclaimed)──► freed
- *                       ▲                                           │
- *                       └──── never: a freed slot is reused only ◄──┘
- *                             as a new node (leaf pool), or after
- *                             its whole segment is recycled
+ *      made for a Value ──► fresh ──(Value dead: pg_unfresh, pg_settle)──┐
+ *                             │                                          ▼
+ *                             └──(Value alive at pg_settle: claim)──► held ──(refs 0)──► freed
+ *      made without a Value (a constant's leaf, an MLP's hidden layers) ──► held
  *
- * Two kinds of segment, both PG_SEG_NODES slots mapped from the OS and never
- * moved, so a handle (sid << PG_SEG_BITS | offset) stays valid while its
- * node lives:
- *   - graph segments take op results by bump allocation, so creation order
- *     is a topological order (backward.c relies on it).  Python holds one
- *     segment claim per graph segment, which every Value made there shares,
- *     so an op costs no per-node bookkeeping.  When that claim dies, one scan
- *     frees every node of the segment that nothing else holds;
- *   - leaf segments (the leaf pool) take Values made by ``Value(x)``; each is
- *     held by a node claim of its own, and its slot is reused once it dies,
- *     so kept leaves never pin graph nodes and pack densely.  Leaves have no
- *     children, so slot reuse can't break the topological order.
+ *      segment: current (one thread's) ──► closed (queued) ──► settled ──(live 0)──► recycled
  *
- * Python's claims are pg_claim structs that Python allocates empty and wraps
- * with ffi.gc(claim, pg_release) *before* asking C to fill them: C fills a
- * claim and takes its hold in one call, and the release runs in C when the
- * Python object dies.  No Python code runs at release, so a KeyboardInterrupt
- * can't cut one in half, and no claim is ever released twice or lost.
- *
- * Freeing cascades over an intrusive work list (the dead node's `mark`),
- * never on the C stack.
+ * "Python-held" (PG_F_PY_HELD) is a separate matter: a node made in Python
+ * (a custom op) or above one, whose Value must hold its operands' Values so
+ * that the closures' cycles stay visible to Python's garbage collector.
+ * Creators report it with one convention: they return PG_HELD - h.
  */
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE
@@ -49,8 +56,10 @@ static void *os_map(size_t size) {
     return VirtualAlloc(NULL, size, MEM_COMMIT | MEM_RESERVE, PAGE_READWRITE);
 }
 static int os_unmap(void *p, size_t size) { (void)size; return VirtualFree(p, 0, MEM_RELEASE) ? 0 : -1; }
+static size_t os_page(void) { return 0; }
 #else
 #include <sys/mman.h>
+#include <unistd.h>
 #ifndef MAP_ANONYMOUS
 #define MAP_ANONYMOUS MAP_ANON
 #endif
@@ -59,12 +68,18 @@ static void *os_map(size_t size) {
     return p == MAP_FAILED ? NULL : p;
 }
 static int os_unmap(void *p, size_t size) { return munmap(p, size); }
+static size_t os_page(void) {
+    long page = sysconf(_SC_PAGESIZE);
+    return page > 0 ? (size_t)page : 0;
+}
 #endif
 
 /* Freed segments kept mapped for reuse: mapping is a syscall and a page
  * fault per page, while a training loop frees and needs segments steadily. */
 #define PG_POOL_MAX 32
 #define PG_NO_NODE UINT32_MAX
+_Static_assert((uint64_t)PG_MAX_SEGS << PG_SEG_BITS <= (1u << 30),
+               "handles stay below 2^30 (cffi's fast path for ints)");
 
 pg_seg *pg_segtab[PG_MAX_SEGS];
 
@@ -79,9 +94,12 @@ static uint32_t live_segs;
 static uint32_t unmap_failures;
 static uint64_t births;
 static pg_seg *newest;             /* tail of the live list (older links) */
-static pg_seg *leaf_room;          /* leaf segments with a free slot */
-static uint32_t n_py_backward;
+static pg_seg *closed;             /* closed segments not yet settled */
+static uint32_t n_late_py;         /* see pg_set_py_backward */
 static uint32_t seg_cap = PG_MAX_SEGS;   /* pg_limit_segments, for tests */
+
+/* The calling thread's current segment (0: none yet). */
+static _Thread_local uint32_t current;
 
 /* Is there a segment id left in the handle space? */
 static int space_left(void) {
@@ -91,18 +109,32 @@ static int space_left(void) {
 void pg_lock(void) { pg_mutex_lock(&lock); }
 void pg_unlock(void) { pg_mutex_unlock(&lock); }
 
+static void close_segment(pg_seg *seg);
+
 #ifndef _WIN32
 /* fork() copies the lock in whatever state another thread left it: take it
  * (and the allocation hook's) around fork, so the child starts with both
  * free and the graph consistent. */
 static void fork_prepare(void) { pg_mutex_lock(&lock); pg_alloc_hook_lock(); }
 static void fork_parent(void) { pg_alloc_hook_unlock(); pg_mutex_unlock(&lock); }
-__attribute__((constructor)) static void register_fork_handlers(void) {
+
+/* A thread that ends closes its current segment, so that it can be
+ * settled and recycled.  The key's value is the sid + 1 (NULL: none). */
+static pthread_key_t thread_key;
+static int have_thread_key;
+static void thread_ended(void *value) {
+    uint32_t sid = (uint32_t)((uintptr_t)value - 1);
+    pg_mutex_lock(&lock);
+    if (pg_seg_valid(sid) && pg_segtab[sid]->open) close_segment(pg_segtab[sid]);
+    pg_mutex_unlock(&lock);
+}
+__attribute__((constructor)) static void register_thread_hooks(void) {
     pthread_atfork(fork_prepare, fork_parent, fork_parent);
+    have_thread_key = pthread_key_create(&thread_key, thread_ended) == 0;
 }
 #endif
 
-static pg_seg *seg_new(int leaf) {
+static pg_seg *seg_new(void) {
     uint32_t sid;
     if (!space_left()) return NULL;
     if (n_free_sids > 0) sid = free_sids[--n_free_sids];
@@ -124,13 +156,11 @@ static pg_seg *seg_new(int leaf) {
     }
     seg->used = 0;
     seg->live = 0;
-    seg->claimed = !leaf;
+    seg->open = 1;
     seg->sid = sid;
-    seg->leaf = (uint32_t)leaf;
-    seg->free_slot = PG_NO_NODE;
     seg->edges = NULL;
     seg->next_free = NULL;
-    seg->room_prev = seg->room_next = NULL;
+    seg->next_closed = NULL;
     seg->birth = ++births;
     seg->reach_epoch = 0;
     seg->older = newest;
@@ -142,20 +172,6 @@ static pg_seg *seg_new(int leaf) {
     return seg;
 }
 
-static void room_remove(pg_seg *seg) {
-    if (seg->room_prev != NULL) seg->room_prev->room_next = seg->room_next;
-    else if (leaf_room == seg) leaf_room = seg->room_next;
-    if (seg->room_next != NULL) seg->room_next->room_prev = seg->room_prev;
-    seg->room_prev = seg->room_next = NULL;
-}
-
-static void room_add(pg_seg *seg) {
-    seg->room_prev = NULL;
-    seg->room_next = leaf_room;
-    if (leaf_room != NULL) leaf_room->room_prev = seg;
-    leaf_room = seg;
-}
-
 static void recycle(pg_seg *seg) {
     pg_edge_chunk *c = seg->edges;
     while (c != NULL) {
@@ -163,7 +179,6 @@ static void recycle(pg_seg *seg) {
         free(c);
         c = next;
     }
-    if (seg->leaf) room_remove(seg);
     if (seg->older != NULL) seg->older->newer = seg->newer;
     if (seg->newer != NULL) seg->newer->older = seg->older;
     else newest = seg->older;
@@ -186,15 +201,13 @@ int pg_unmap(void *p, size_t size) {
     return 0;
 }
 
-/* A freed leaf slot goes back to its segment's free list; the last empty
- * leaf segment is kept as the pool's spare, so that a loop making and
- * dropping leaves doesn't open a (newer) segment every step. */
-static void leaf_slot_free(pg_seg *seg, uint32_t h) {
-    pg_node *n = pg_N(h);
-    n->mark = seg->free_slot;
-    seg->free_slot = h & (PG_SEG_NODES - 1);
-    if (seg->room_prev == NULL && leaf_room != seg) room_add(seg);
-    if (seg->live == 0 && (seg->room_prev != NULL || seg->room_next != NULL)) recycle(seg);
+/* A segment may go once no node in it lives and Python is done with it. */
+static int recyclable(const pg_seg *seg) {
+    return seg->live == 0 && !seg->open && !seg->queued;
+}
+
+static int unheld(const pg_node *n) {
+    return n->refs == 0 && !(n->flags & (PG_F_FRESH | PG_F_DEAD));
 }
 
 /* Free node h (nothing holds it) and whatever that leaves unheld. */
@@ -208,32 +221,31 @@ static void free_cascade(uint32_t h) {
         uint32_t nk = pg_children(n, &kids);
         for (uint32_t i = 0; i < nk; i++) {
             pg_node *c = pg_N(kids[i]);
-            if (--c->refs == 0 && !(c->flags & PG_F_DEAD)
-                    && !pg_segtab[kids[i] >> PG_SEG_BITS]->claimed) {
+            c->refs--;
+            if (unheld(c)) {
                 c->flags |= PG_F_DEAD;     /* queued: never queue it twice */
                 c->mark = next;
                 next = kids[i];
             }
         }
         n->extra = 0;
-        if (n->flags & PG_F_PY_BACKWARD) n_py_backward--;
+        if (n->flags & PG_F_LATE_PY) n_late_py--;
         live_nodes--;
         pg_seg *seg = pg_segtab[h >> PG_SEG_BITS];
-        seg->live--;
-        if (seg->leaf) leaf_slot_free(seg, h);
-        else if (seg->live == 0 && !seg->claimed) recycle(seg);
+        if (--seg->live == 0 && recyclable(seg)) recycle(seg);
         h = next;
     }
 }
 
-/* Give back to the OS the pages of seg that hold only dead nodes.  An
- * unclaimed graph segment never allocates again, so those slots are never
+/* Give back to the OS the pages of a closed segment that hold only dead
+ * nodes.  A closed segment never allocates again, so those slots are never
  * written again; reading them later (a backward walk) reads zeros, which
  * is no live node.  This is what lets a kept Value cost its own nodes, not
  * its segment's 192 KiB. */
 static void discard_dead_pages(pg_seg *seg) {
 #if defined(MADV_DONTNEED) && !defined(_WIN32)
-    const uintptr_t page = 4096;
+    const uintptr_t page = os_page();
+    if (page == 0 || (page & (page - 1)) != 0) return;
     uint32_t i = 0;
     while (i < seg->used) {
         if (!(seg->nodes[i].flags & PG_F_DEAD)) {
@@ -245,7 +257,8 @@ static void discard_dead_pages(pg_seg *seg) {
         uintptr_t lo = ((uintptr_t)&seg->nodes[i] + page - 1) & ~(page - 1);
         uintptr_t hi = (uintptr_t)&seg->nodes[j] & ~(page - 1);
         if (j == seg->used) hi = ((uintptr_t)(seg + 1)) & ~(page - 1);
-        if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        /* Advice only: pages it declines stay resident, nothing else changes. */
+        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
         i = j;
     }
 #else
@@ -253,92 +266,28 @@ static void discard_dead_pages(pg_seg *seg) {
 #endif
 }
 
-/* The segment claim died: free every node of it that nothing else holds. */
-static void release_segment(uint32_t sid) {
-    pg_seg *seg = pg_segtab[sid];
-    seg->claimed = 0;
-    seg->live++;        /* keep the segment while the scan walks it */
-    uint32_t base = sid << PG_SEG_BITS;
-    for (uint32_t i = 0; i < seg->used; i++) {
-        pg_node *n = &seg->nodes[i];
-        if (n->refs == 0 && !(n->flags & PG_F_DEAD)) free_cascade(base | i);
-    }
-    if (--seg->live == 0) recycle(seg);
-    else if (seg->live < seg->used / 2) discard_dead_pages(seg);
+static void close_segment(pg_seg *seg) {
+    seg->open = 0;
+    seg->queued = 1;
+    seg->next_closed = closed;
+    closed = seg;
 }
 
-static void release_node(uint32_t h) {
-    pg_node *n = pg_N(h);
-    if (--n->refs == 0 && !pg_segtab[h >> PG_SEG_BITS]->claimed) free_cascade(h);
-}
-
-void pg_release(pg_claim *c) {
-    pg_lock();
-    if (c->kind == PG_CLAIM_SEGMENT) release_segment(c->id);
-    else if (c->kind == PG_CLAIM_NODE) release_node(c->id);
-    c->kind = PG_CLAIM_NONE;
-    pg_unlock();
-}
-
-int32_t pg_open_segment(pg_claim *c) {
-    if (c->kind != PG_CLAIM_NONE) return PG_E_ARG;
-    pg_lock();
-    int32_t rc = space_left() ? PG_E_NOMEM : PG_E_SPACE;
-    pg_seg *seg = seg_new(0);
-    if (seg != NULL) {
-        c->kind = PG_CLAIM_SEGMENT;
-        c->id = seg->sid;
-        rc = (int32_t)seg->sid;
+pg_seg *pg_room(uint32_t nodes, uint64_t birth, int32_t *err) {
+    pg_seg *seg = pg_seg_valid(current) ? pg_segtab[current] : NULL;
+    if (seg != NULL && seg->open && seg->birth >= birth && PG_SEG_NODES - seg->used >= nodes)
+        return seg;
+    pg_seg *fresh = seg_new();
+    if (fresh == NULL) {
+        *err = space_left() ? PG_E_NOMEM : PG_E_SPACE;
+        return NULL;
     }
-    pg_unlock();
-    return rc;
-}
-
-int32_t pg_new_leaf(pg_claim *c, double data) {
-    if (c->kind != PG_CLAIM_NONE) return PG_E_ARG;
-    pg_lock();
-    pg_seg *seg = leaf_room;
-    int32_t rc = PG_E_NOMEM;
-    if (seg == NULL) {
-        if (!space_left()) rc = PG_E_SPACE;
-        else if ((seg = seg_new(1)) != NULL) room_add(seg);
-    }
-    if (seg != NULL) {
-        uint32_t off;
-        if (seg->free_slot != PG_NO_NODE) {
-            off = seg->free_slot;
-            seg->free_slot = seg->nodes[off].mark;
-        } else {
-            off = seg->used++;
-        }
-        if (seg->free_slot == PG_NO_NODE && seg->used == PG_SEG_NODES) room_remove(seg);
-        seg->live++;
-        live_nodes++;
-        uint32_t h = (seg->sid << PG_SEG_BITS) | off;
-        pg_node *n = pg_N(h);
-        pg_node_init(n, PG_OP_LEAF);
-        n->data = data;
-        n->refs = 1;
-        c->kind = PG_CLAIM_NODE;
-        c->id = h;
-        rc = (int32_t)h;
-    }
-    pg_unlock();
-    return rc;
-}
-
-int32_t pg_hold(pg_claim *c, uint32_t h) {
-    if (c->kind != PG_CLAIM_NONE) return PG_E_ARG;
-    pg_lock();
-    int32_t rc = PG_E_ARG;
-    if (pg_handle_valid(h)) {
-        pg_N(h)->refs++;
-        c->kind = PG_CLAIM_NODE;
-        c->id = h;
-        rc = 0;
-    }
-    pg_unlock();
-    return rc;
+    if (seg != NULL && seg->open) close_segment(seg);
+    current = fresh->sid;
+#ifndef _WIN32
+    if (have_thread_key) pthread_setspecific(thread_key, (void *)(uintptr_t)(fresh->sid + 1));
+#endif
+    return fresh;
 }
 
 int32_t pg_take_nodes(pg_seg *seg, uint32_t count) {
@@ -366,6 +315,91 @@ uint32_t *pg_alloc_edges(uint32_t sid, uint32_t count) {
     return e;
 }
 
+/* -- Python's side of settling ------------------------------------------------ */
+
+void pg_release(pg_claim *c) {
+    pg_lock();
+    if (c->h != 0 && pg_handle_valid(c->h)) {
+        pg_node *n = pg_N(c->h);
+        n->refs--;
+        if (unheld(n)) free_cascade(c->h);
+    }
+    c->h = 0;
+    pg_unlock();
+}
+
+int32_t pg_hold(pg_claim *c, uint32_t h) {
+    if (c->h != 0) return PG_E_ARG;
+    pg_lock();
+    int32_t rc = PG_E_ARG;
+    if (pg_handle_valid(h)) {
+        pg_N(h)->refs++;
+        c->h = h;
+        rc = 0;
+    }
+    pg_unlock();
+    return rc;
+}
+
+static void unfresh(uint32_t h) {
+    if (!pg_handle_valid(h)) return;
+    pg_node *n = pg_N(h);
+    if (!(n->flags & PG_F_FRESH)) return;
+    n->flags &= (uint8_t)~PG_F_FRESH;
+    if (unheld(n)) free_cascade(h);
+}
+
+void pg_unfresh(const uint32_t *h, uint32_t n) {
+    pg_lock();
+    for (uint32_t i = 0; i < n; i++) unfresh(h[i]);
+    pg_unlock();
+}
+
+uint32_t pg_room_left(void) {
+    pg_lock();
+    uint32_t n = pg_seg_valid(current) && pg_segtab[current]->open
+                 ? PG_SEG_NODES - pg_segtab[current]->used : 0;
+    pg_unlock();
+    return n;
+}
+
+void pg_close_current(void) {
+    pg_lock();
+    if (pg_seg_valid(current) && pg_segtab[current]->open) close_segment(pg_segtab[current]);
+    current = 0;
+    pg_unlock();
+}
+
+uint32_t pg_closed_segments(uint32_t *sids, uint32_t cap) {
+    pg_lock();
+    uint32_t n = 0;
+    for (pg_seg *s = closed; s != NULL && n < cap; s = s->next_closed) sids[n++] = s->sid;
+    pg_unlock();
+    return n;
+}
+
+int32_t pg_settle(uint32_t sid) {
+    pg_lock();
+    int32_t rc = PG_E_ARG;
+    pg_seg *seg = pg_seg_valid(sid) ? pg_segtab[sid] : NULL;
+    if (seg != NULL && seg->queued) {
+        pg_seg **p = &closed;
+        while (*p != seg) p = &(*p)->next_closed;
+        *p = seg->next_closed;
+        seg->queued = 0;
+        seg->live++;        /* keep the segment while the scan walks it */
+        uint32_t base = sid << PG_SEG_BITS;
+        for (uint32_t i = 0; i < seg->used; i++) unfresh(base | i);
+        if (--seg->live == 0) recycle(seg);
+        else if (seg->live < seg->used / 2) discard_dead_pages(seg);
+        rc = 0;
+    }
+    pg_unlock();
+    return rc;
+}
+
+/* -- records and accounting ---------------------------------------------------- */
+
 void pg_reset_marks(void) {
     for (pg_seg *seg = newest; seg != NULL; seg = seg->older) {
         seg->reach_epoch = 0;
@@ -374,11 +408,11 @@ void pg_reset_marks(void) {
     }
 }
 
-uint32_t pg_seg_used(uint32_t sid) {
+int32_t pg_alive(uint32_t h) {
     pg_lock();
-    uint32_t used = pg_seg_valid(sid) ? pg_segtab[sid]->used : 0;
+    int32_t alive = pg_handle_valid(h);
     pg_unlock();
-    return used;
+    return alive;
 }
 
 uint32_t pg_extra(uint32_t h) {
@@ -396,18 +430,28 @@ int pg_set_extra(uint32_t h, uint32_t extra) {
     return ok ? 0 : PG_E_ARG;
 }
 
+/* A closure set on a node that already has parents: those parents are not
+ * Python-held, so backward() can't tell from its root that a closure may
+ * lie below.  While any such node lives, every backward records. */
 int pg_set_py_backward(uint32_t h) {
     pg_lock();
-    pg_node *n = pg_N(h);
-    if (!(n->flags & PG_F_PY_BACKWARD)) {
-        n_py_backward++;
-        n->flags |= PG_F_PY_BACKWARD | PG_F_PY_HELD;   /* parents made later hold it */
+    int rc = PG_E_ARG;
+    if (pg_handle_valid(h)) {
+        pg_node *n = pg_N(h);
+        if (!(n->flags & PG_F_PY_BACKWARD)) {
+            if (n->flags & PG_F_HAS_PARENT) {
+                n->flags |= PG_F_LATE_PY;
+                n_late_py++;
+            }
+            n->flags |= PG_F_PY_BACKWARD | PG_F_PY_HELD;   /* parents made later hold it */
+        }
+        rc = 0;
     }
     pg_unlock();
-    return 0;
+    return rc;
 }
 
-uint32_t pg_py_backward_nodes(void) { return n_py_backward; }
+uint32_t pg_late_py_nodes(void) { return n_late_py; }
 
 uint64_t pg_live_nodes(void) {
     pg_lock();

@@ -37,6 +37,12 @@ _Static_assert(PG_SEG_NODES == 1 << PG_SEG_BITS, "a handle's offset bits index a
 _Static_assert(PG_ACT_SIGMOID <= PG_ACT_MASK && (PG_ACT_MASK & PG_LINEAR_BIAS) == 0,
                "activations fit the mask, apart from the bias bit");
 
+/* Internal node flags (pygrad.h has those Python sees).  FRESH: made for
+ * a Value not yet settled (memory.c); HAS_PARENT: some node was made over
+ * it; LATE_PY: its closure came after a parent (pg_set_py_backward). */
+#define PG_F_FRESH 8
+#define PG_F_HAS_PARENT 16
+#define PG_F_LATE_PY 32
 #define PG_F_DEAD 128
 
 static inline void pg_node_init(pg_node *n, int op) {
@@ -61,20 +67,20 @@ typedef struct pg_edge_chunk {
 
 /* The header comes first so that a segment holding few nodes touches few
  * pages of its mapping.  Live segments form a list in creation order, and a
- * node is created after all of its children (see pg_check_kid), so
- * (segment birth, offset) orders every graph topologically.  Leaf segments
- * reuse slots, which is safe there: leaves have no children. */
+ * node is created after all of its children (pg_room), so (segment birth,
+ * offset) orders every graph topologically. */
 typedef struct pg_seg {
     uint32_t used;         /* bump index */
     uint32_t live;         /* allocated nodes not yet freed */
-    uint32_t claimed;      /* a graph segment whose Python claim lives */
     uint32_t sid;
+    uint8_t open;          /* some thread's current segment */
+    uint8_t queued;        /* closed, waiting for Python to settle it */
+    uint16_t unused;
     uint64_t birth;        /* creation counter: orders segments */
     uint32_t reach_epoch;  /* the backward sweep that reached a node here */
-    uint32_t leaf;         /* a leaf-pool segment */
-    uint32_t free_slot;    /* leaf pool: first free slot, linked by `mark` */
+    uint32_t spare;
     struct pg_seg *older, *newer;   /* live segments, by birth */
-    struct pg_seg *room_prev, *room_next;   /* leaf segments with a free slot */
+    struct pg_seg *next_closed;     /* the queue of closed segments */
     pg_edge_chunk *edges;
     struct pg_seg *next_free;
     pg_node nodes[PG_SEG_NODES];
@@ -122,20 +128,25 @@ void pg_alloc_hook_unlock(void);
 void *pg_malloc(size_t size);
 void *pg_realloc(void *p, size_t size);
 
-/* memory.c: the lock and node allocation, for ops.c and backward.c.
+/* memory.c: the lock and node allocation, for nodes.c and backward.c.
  * pg_unmap returns a mapping to the OS, or -1 (counted) if it refused. */
 int pg_unmap(void *p, size_t size);
 void pg_lock(void);
 void pg_unlock(void);
+/* The calling thread's segment with room for `nodes` new slots whose
+ * children are no newer than segment birth `birth`: its current one, or a
+ * new one (the old one is closed).  NULL with *err set (PG_E_NOMEM,
+ * PG_E_SPACE) when none can be had.  Lock held. */
+pg_seg *pg_room(uint32_t nodes, uint64_t birth, int32_t *err);
 /* Take `count` slots of seg, which has room for them (lock held): the
- * handle of the first.  Cannot fail: the caller checked the room. */
+ * handle of the first.  Cannot fail: pg_room checked the room. */
 int32_t pg_take_nodes(pg_seg *seg, uint32_t count);
 /* Child list storage for an n-ary node in segment sid (lock held); NULL
  * (nothing changed) when out of memory. */
 uint32_t *pg_alloc_edges(uint32_t sid, uint32_t count);
-/* Live nodes, and those whose backward is a Python closure. */
+/* Live nodes; live nodes whose closure came after a parent. */
 uint64_t pg_live_nodes_locked(void);
-uint32_t pg_py_backward_nodes(void);
+uint32_t pg_late_py_nodes(void);
 /* Zero every DFS mark, when the epoch counter wraps (lock held). */
 void pg_reset_marks(void);
 
@@ -145,29 +156,12 @@ static inline int pg_seg_valid(uint32_t sid) {
     return sid > 0 && sid < PG_MAX_SEGS && pg_segtab[sid] != NULL;
 }
 
-/* The open graph segment sid, or NULL (no such segment, a leaf segment,
- * or one whose claim died).  Lock held. */
-static inline pg_seg *pg_graph_seg(uint32_t sid) {
-    if (!pg_seg_valid(sid)) return NULL;
-    pg_seg *seg = pg_segtab[sid];
-    return seg->claimed && !seg->leaf ? seg : NULL;
-}
-
 /* A live node's handle (lock held). */
 static inline int pg_handle_valid(uint32_t h) {
     uint32_t sid = h >> PG_SEG_BITS;
     if (!pg_seg_valid(sid)) return 0;
     if ((h & (PG_SEG_NODES - 1)) >= pg_segtab[sid]->used) return 0;
     return !(pg_N(h)->flags & PG_F_DEAD);
-}
-
-/* May node h be a child of a node created in segment sid (a live one)?  0
- * if so; PG_E_FULL if h is in a newer segment (the caller must use a newer
- * one); PG_E_ARG if h is no live node.  Lock held. */
-static inline int pg_check_kid(uint32_t sid, uint32_t h) {
-    if (!pg_handle_valid(h)) return PG_E_ARG;
-    if (pg_segtab[h >> PG_SEG_BITS]->birth > pg_segtab[sid]->birth) return PG_E_FULL;
-    return 0;
 }
 
 /* backward.c: every node reachable from the roots, newest first (a

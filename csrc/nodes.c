@@ -4,37 +4,39 @@
  * state); field reads and writes do not.
  *
  * Every creator takes the same three steps, under the lock:
- *   1. validate: the segment, then every child (pg_check_kid);
- *   2. reserve: room for all the node slots, then the edge storage (the
- *      only step that allocates);
+ *   1. validate: every child is a live node;
+ *   2. reserve: room for all the node slots in the calling thread's segment
+ *      (pg_room: a new segment when the current one is full or older than
+ *      a child), then the edge storage (the only steps that allocate);
  *   3. commit: take the slots, fill the nodes, link the children (refs,
- *      the held flag), run forward.
- * Steps 1 and 2 are begin(); every failure (PG_E_ARG, PG_E_FULL,
- * PG_E_NOMEM) happens there, before anything has changed.  Arguments that
- * need no lock (op, arity, sizes) are checked before it is taken.
+ *      the held flags), run forward, mark what Python gets a Value for
+ *      fresh (memory.c).
+ * Steps 1 and 2 are begin(); every failure (PG_E_ARG, PG_E_NOMEM,
+ * PG_E_SPACE) happens there, before any node is made.  Arguments that need
+ * no lock (op, arity, sizes) are checked before it is taken.  A creator
+ * returns the new handle h, or PG_HELD - h when the node is Python-held,
+ * or a PG_E_*.
  */
 #include <string.h>
 #include "node.h"
 
-/* Steps 1 and 2 for `nodes` new slots in segment sid over the children
- * kids[0..n) and kids2[0..n2), with `nedges` edge words (written to
- * *edges; none when 0).  Returns the first slot's handle, not yet taken, or
- * a PG_E_*; the slots are taken by take() once nothing can fail.  Lock held. */
-static int32_t begin(uint32_t sid, const uint32_t *kids, uint32_t n, const uint32_t *kids2,
-                     uint32_t n2, uint32_t nodes, uint32_t nedges, uint32_t **edges,
-                     pg_seg **segp) {
-    pg_seg *seg = pg_graph_seg(sid);
-    if (seg == NULL) return PG_E_ARG;
-    for (uint32_t i = 0; i < n; i++) {
-        int rc = pg_check_kid(sid, kids[i]);
-        if (rc < 0) return rc;
+/* Steps 1 and 2 for `nodes` new slots over the children kids[0..n) and
+ * kids2[0..n2), with `nedges` edge words (written to *edges; none when 0).
+ * Returns 0 or a PG_E_*; the slots are taken by pg_take_nodes once nothing
+ * can fail.  Lock held. */
+static int32_t begin(const uint32_t *kids, uint32_t n, const uint32_t *kids2, uint32_t n2,
+                     uint32_t nodes, uint32_t nedges, uint32_t **edges, pg_seg **segp) {
+    uint64_t birth = 0;
+    for (uint32_t i = 0; i < n + n2; i++) {
+        uint32_t h = i < n ? kids[i] : kids2[i - n];
+        if (!pg_handle_valid(h)) return PG_E_ARG;
+        uint64_t b = pg_segtab[h >> PG_SEG_BITS]->birth;
+        if (b > birth) birth = b;
     }
-    for (uint32_t i = 0; i < n2; i++) {
-        int rc = pg_check_kid(sid, kids2[i]);
-        if (rc < 0) return rc;
-    }
-    if (nodes > PG_SEG_NODES - seg->used) return PG_E_FULL;
-    if (nedges > 0 && (*edges = pg_alloc_edges(sid, nedges)) == NULL) return PG_E_NOMEM;
+    int32_t err = 0;
+    pg_seg *seg = pg_room(nodes, birth, &err);
+    if (seg == NULL) return err;
+    if (nedges > 0 && (*edges = pg_alloc_edges(seg->sid, nedges)) == NULL) return PG_E_NOMEM;
     *segp = seg;
     return 0;
 }
@@ -43,28 +45,31 @@ static int32_t begin(uint32_t sid, const uint32_t *kids, uint32_t n, const uint3
 static void adopt(pg_node *n, uint32_t c) {
     pg_node *kid = pg_N(c);
     kid->refs++;
+    kid->flags |= PG_F_HAS_PARENT;
     /* A Python-held child makes its parent Python-held: the parent's Value
      * must then hold the child's Value (and so its closure) alive. */
     n->flags |= kid->flags & PG_F_PY_HELD;
 }
 
-/* What a creator returns for new node h, or error h (lock held). */
+/* What a creator returns for new node h, which Python gets a Value for, or
+ * error h (lock held). */
 static int32_t made(int32_t h) {
-    if (h >= 0 && (pg_N((uint32_t)h)->flags & PG_F_PY_HELD)) return PG_HELD - h;
-    return h;
+    if (h < 0) return h;
+    pg_node *n = pg_N((uint32_t)h);
+    n->flags |= PG_F_FRESH;
+    return (n->flags & PG_F_PY_HELD) ? PG_HELD - h : h;
 }
 
 /* Unary and binary nodes: op over a (and b).  With konst, a leaf holding
  * k is made too, in the slot before the op node, and becomes the operand
  * b (konst 1: a op k) or a (konst 2: k op a, the leaf first). */
-static int32_t make_fixed(uint32_t sid, int op, uint32_t a, uint32_t b, double k,
-                          uint8_t flags, int konst) {
+static int32_t make_fixed(int op, uint32_t a, uint32_t b, double k, uint8_t flags, int konst) {
     uint32_t kids[2] = {a, b};
     int arity = pg_rules[op].arity;
     uint32_t nodes = konst ? 2 : 1;
     pg_seg *seg = NULL;
     pg_lock();
-    int32_t h = begin(sid, kids, konst ? 1 : (uint32_t)arity, NULL, 0, nodes, 0, NULL, &seg);
+    int32_t h = begin(kids, konst ? 1 : (uint32_t)arity, NULL, 0, nodes, 0, NULL, &seg);
     if (h == 0) {
         h = pg_take_nodes(seg, nodes);
         uint32_t out = (uint32_t)h;
@@ -79,7 +84,9 @@ static int32_t make_fixed(uint32_t sid, int op, uint32_t a, uint32_t b, double k
         }
         pg_node *n = pg_N(out);
         pg_node_init(n, op);
-        n->aux.k = k;
+        /* SUB and DIV keep micrograd's hidden grad there (ops.c); -0.0 + g
+         * is g for every g, signed zeros included. */
+        n->aux.k = op == PG_OP_SUB || op == PG_OP_DIV ? -0.0 : k;
         n->flags = flags;
         for (int i = 0; i < arity; i++) {
             n->kid[i] = kids[i];
@@ -97,37 +104,36 @@ static int fixed_op(int op, int arity) {
     return op >= 0 && op < PG_OP_COUNT && pg_rules[op].arity == arity;
 }
 
-int32_t pg_unary(uint32_t sid, int op, uint32_t a) {
+int32_t pg_unary(int op, uint32_t a) {
     if (!fixed_op(op, 1) || op == PG_OP_POWK) return PG_E_ARG;
-    return make_fixed(sid, op, a, 0, 0.0, 0, 0);
+    return make_fixed(op, a, 0, 0.0, 0, 0);
 }
 
-int32_t pg_binary(uint32_t sid, int op, uint32_t a, uint32_t b) {
+int32_t pg_binary(int op, uint32_t a, uint32_t b) {
     if (!fixed_op(op, 2)) return PG_E_ARG;
-    return make_fixed(sid, op, a, b, 0.0, 0, 0);
+    return make_fixed(op, a, b, 0.0, 0, 0);
 }
 
-int32_t pg_powk(uint32_t sid, uint32_t a, double k, int k_is_int) {
-    return make_fixed(sid, PG_OP_POWK, a, 0, k, k_is_int ? PG_F_INT_EXPONENT : 0, 0);
+int32_t pg_powk(uint32_t a, double k, int k_is_int) {
+    return make_fixed(PG_OP_POWK, a, 0, k, k_is_int ? PG_F_INT_EXPONENT : 0, 0);
 }
 
 /* `v op k` or `k op v` with k a number: micrograd wraps k in a leaf Value;
  * this makes the leaf and the op node in one call. */
-int32_t pg_binary_k(uint32_t sid, int op, uint32_t a, double k, int k_first) {
+int32_t pg_binary_k(int op, uint32_t a, double k, int k_first) {
     if (!fixed_op(op, 2)) return PG_E_ARG;
-    return make_fixed(sid, op, a, 0, k, 0, k_first ? 2 : 1);
+    return make_fixed(op, a, 0, k, 0, k_first ? 2 : 1);
 }
 
 /* N-ary nodes (n children in an edge run of nedges words, kids first):
  * one node of op/variant with value data (if forward is 0), its flags
  * or'ed with flags.  partials: FUNCTION's, stored after the kids. */
-static int32_t make_list(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_t n,
-                         uint32_t nedges, double data, const double *partials, uint8_t flags,
-                         int forward) {
+static int32_t make_list(int op, int variant, const uint32_t *kids, uint32_t n, uint32_t nedges,
+                         double data, const double *partials, uint8_t flags, int forward) {
     uint32_t *edges = NULL;
     pg_seg *seg = NULL;
     pg_lock();
-    int32_t h = begin(sid, kids, n, NULL, 0, 1, nedges, &edges, &seg);
+    int32_t h = begin(kids, n, NULL, 0, 1, nedges, &edges, &seg);
     if (h == 0) {
         h = pg_take_nodes(seg, 1);
         if (partials != NULL) {
@@ -150,11 +156,11 @@ static int32_t make_list(uint32_t sid, int op, int variant, const uint32_t *kids
     return h;
 }
 
-int32_t pg_custom(uint32_t sid, double data, const uint32_t *kids, uint32_t n) {
-    return make_list(sid, PG_OP_CUSTOM, 0, kids, n, n, data, NULL, PG_F_PY_HELD, 0);
+int32_t pg_custom(double data, const uint32_t *kids, uint32_t n) {
+    return make_list(PG_OP_CUSTOM, 0, kids, n, n, data, NULL, PG_F_PY_HELD, 0);
 }
 
-int32_t pg_nary(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_t n) {
+int32_t pg_nary(int op, int variant, const uint32_t *kids, uint32_t n) {
     if (op < 0 || op >= PG_OP_COUNT || pg_rules[op].arity != -1 || op == PG_OP_CUSTOM
             || op == PG_OP_FUNCTION)
         return PG_E_ARG;
@@ -165,14 +171,14 @@ int32_t pg_nary(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_
     } else if (n == 0 || variant != 0) {
         return PG_E_ARG;
     }
-    return make_list(sid, op, variant, kids, n, n, 0.0, NULL, 0, 1);
+    return make_list(op, variant, kids, n, n, 0.0, NULL, 0, 1);
 }
 
-int32_t pg_function(uint32_t sid, double data, const uint32_t *kids, const double *partials,
+int32_t pg_function(double data, const uint32_t *kids, const double *partials,
                     uint32_t n) {
     if (n > (UINT32_MAX - 2) / 3) return PG_E_ARG;
     /* kids, then the partials as doubles, 8-byte aligned, in one edge run */
-    return make_list(sid, PG_OP_FUNCTION, 0, kids, n, PG_FUNCTION_EDGES(n), data, partials, 0, 0);
+    return make_list(PG_OP_FUNCTION, 0, kids, n, PG_FUNCTION_EDGES(n), data, partials, 0, 0);
 }
 
 /* Step 3 of a layer: nout LINEAR nodes from slot h on, neuron j over
@@ -205,19 +211,25 @@ static int layer_fits(int act, uint32_t nin, uint32_t nout) {
            nin <= (UINT32_MAX / nout - 1) / 2;
 }
 
-int32_t pg_linear_layer(uint32_t sid, int act, const uint32_t *params, const uint32_t *x,
-                        uint32_t nin, uint32_t nout, uint32_t *out) {
+/* Mark the n nodes from h on fresh (Python gets a Value for each); what a
+ * multi-node creator returns for them: h, or PG_HELD - h (lock held). */
+static int32_t made_run(uint32_t h, uint32_t n) {
+    for (uint32_t j = 1; j < n; j++) pg_N(h + j)->flags |= PG_F_FRESH;
+    return made((int32_t)h);
+}
+
+int32_t pg_linear_layer(int act, const uint32_t *params, const uint32_t *x, uint32_t nin,
+                        uint32_t nout) {
     if (!layer_fits(act, nin, nout)) return PG_E_ARG;
     uint32_t nk = 2 * nin + 1;
     uint32_t *edges = NULL;
     pg_seg *seg = NULL;
     pg_lock();
-    int32_t h = begin(sid, x, nin, params, nout * (nin + 1), nout, nout * nk, &edges, &seg);
+    int32_t h = begin(x, nin, params, nout * (nin + 1), nout, nout * nk, &edges, &seg);
     if (h == 0) {
         h = pg_take_nodes(seg, nout);
         fill_layer((uint32_t)h, act, params, x, 0, nin, nout, edges);
-        for (uint32_t j = 0; j < nout; j++) out[j] = (uint32_t)h + j;
-        h = (pg_N((uint32_t)h)->flags & PG_F_PY_HELD) ? 1 : 0;
+        h = made_run((uint32_t)h, nout);
     }
     pg_unlock();
     return h;
@@ -229,7 +241,7 @@ static int py_held(const uint32_t *h, uint32_t n) {
     return 0;
 }
 
-int32_t pg_mlp(uint32_t sid, uint32_t nlayers, const int *acts, const uint32_t *const *params,
+int32_t pg_mlp(uint32_t nlayers, const int *acts, const uint32_t *const *params,
                const uint32_t *sizes, const uint32_t *x) {
     if (nlayers == 0) return PG_E_ARG;
     uint64_t nodes = 0, nedges = 0;
@@ -243,16 +255,23 @@ int32_t pg_mlp(uint32_t sid, uint32_t nlayers, const int *acts, const uint32_t *
     uint32_t *edges = NULL;
     pg_lock();
     /* Validate the inputs and every layer's parameters, then reserve. */
-    int32_t h = begin(sid, x, sizes[0], NULL, 0, 0, 0, NULL, &seg);
-    for (uint32_t l = 0; h == 0 && l < nlayers; l++)
-        h = begin(sid, params[l], sizes[l + 1] * (sizes[l] + 1), NULL, 0, 0, 0, NULL, &seg);
-    if (h == 0) {
-        int held = py_held(x, sizes[0]);
-        for (uint32_t l = 0; !held && l < nlayers; l++)
-            held = py_held(params[l], sizes[l + 1] * (sizes[l] + 1));
-        if (held) h = PG_E_HELD;
+    int32_t h = 0;
+    uint64_t birth = 0;
+    for (uint32_t l = 0; h == 0 && l <= nlayers; l++) {
+        const uint32_t *k = l == 0 ? x : params[l - 1];
+        uint32_t n = l == 0 ? sizes[0] : sizes[l] * (sizes[l - 1] + 1);
+        for (uint32_t i = 0; h == 0 && i < n; i++) {
+            if (!pg_handle_valid(k[i])) h = PG_E_ARG;
+            else if (pg_segtab[k[i] >> PG_SEG_BITS]->birth > birth)
+                birth = pg_segtab[k[i] >> PG_SEG_BITS]->birth;
+        }
+        if (h == 0 && py_held(k, n)) h = PG_E_HELD;
     }
-    if (h == 0) h = begin(sid, NULL, 0, NULL, 0, (uint32_t)nodes, (uint32_t)nedges, &edges, &seg);
+    if (h == 0) {
+        seg = pg_room((uint32_t)nodes, birth, &h);
+        if (seg != NULL && (edges = pg_alloc_edges(seg->sid, (uint32_t)nedges)) == NULL)
+            h = PG_E_NOMEM;
+    }
     if (h == 0) {
         h = pg_take_nodes(seg, (uint32_t)nodes);
         uint32_t first = (uint32_t)h, prev = 0;
@@ -263,17 +282,17 @@ int32_t pg_mlp(uint32_t sid, uint32_t nlayers, const int *acts, const uint32_t *
             prev = first;
             first += sizes[l + 1];
         }
-        h = (int32_t)prev;
+        h = made_run(prev, sizes[nlayers]);
     }
     pg_unlock();
     return h;
 }
 
-int32_t pg_segment_leaves(uint32_t sid, const double *data, uint32_t n) {
+int32_t pg_leaves(const double *data, uint32_t n) {
     if (n == 0 || n > PG_SEG_NODES) return PG_E_ARG;
     pg_seg *seg = NULL;
     pg_lock();
-    int32_t h = begin(sid, NULL, 0, NULL, 0, n, 0, NULL, &seg);
+    int32_t h = begin(NULL, 0, NULL, 0, n, 0, NULL, &seg);
     if (h == 0) {
         h = pg_take_nodes(seg, n);
         for (uint32_t i = 0; i < n; i++) {
@@ -281,6 +300,22 @@ int32_t pg_segment_leaves(uint32_t sid, const double *data, uint32_t n) {
             pg_node_init(leaf, PG_OP_LEAF);
             leaf->data = data[i];
         }
+        h = made_run((uint32_t)h, n);
+    }
+    pg_unlock();
+    return h;
+}
+
+int32_t pg_leaf(double data) {
+    pg_seg *seg = NULL;
+    pg_lock();
+    int32_t h = begin(NULL, 0, NULL, 0, 1, 0, NULL, &seg);
+    if (h == 0) {
+        h = pg_take_nodes(seg, 1);
+        pg_node *leaf = pg_N((uint32_t)h);
+        pg_node_init(leaf, PG_OP_LEAF);
+        leaf->data = data;
+        h = made(h);
     }
     pg_unlock();
     return h;
@@ -304,6 +339,10 @@ void pg_set_data(uint32_t h, double v) { pg_N(h)->data = v; }
 double pg_grad(uint32_t h) { return pg_N(h)->grad; }
 void pg_set_grad(uint32_t h, double v) { pg_N(h)->grad = v; }
 int pg_op(uint32_t h) { return pg_N(h)->op; }
+int32_t pg_describe(uint32_t h) {
+    const pg_node *n = pg_N(h);
+    return (int32_t)(n->op | (uint32_t)n->flags << 8 | (n->extra != 0 ? 1u << 16 : 0));
+}
 int pg_flags(uint32_t h) { return pg_N(h)->flags; }
 int pg_variant(uint32_t h) { return pg_N(h)->variant; }
 double pg_exponent(uint32_t h) { return pg_N(h)->aux.k; }
@@ -313,10 +352,11 @@ uint32_t pg_nkids(uint32_t h) {
     return pg_children(pg_N(h), &kids);
 }
 
-uint32_t pg_kid(uint32_t h, uint32_t i) {
+uint32_t pg_kids(uint32_t h, uint32_t *out, uint32_t cap) {
     const uint32_t *kids;
     uint32_t n = pg_children(pg_N(h), &kids);
-    return i < n ? kids[i] : 0;
+    memcpy(out, kids, (size_t)(n < cap ? n : cap) * sizeof(uint32_t));
+    return n;
 }
 
 const char *pg_op_name(int op) {

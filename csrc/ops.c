@@ -68,7 +68,7 @@ static void backward_NONE(pg_node *n) { (void)n; }
         g[p->a] += bwd_##code(d[p->a], d[p->s], gs);                                 \
     }
 
-#define BINARY_OP(code, FWD, BWD_A, BWD_B)                                         \
+#define BINARY_RULES(code, FWD, BWD_A, BWD_B)                                      \
     static inline double fwd_##code(double a, double b) { return FWD; }             \
     static inline double bwd_a_##code(double a, double b, double y, double g) {     \
         (void)a; (void)b; (void)y;                                                   \
@@ -80,12 +80,6 @@ static void backward_NONE(pg_node *n) { (void)n; }
     }                                                                                \
     static void forward_##code(pg_node *n) {                                          \
         n->data = fwd_##code(KID(n, 0)->data, KID(n, 1)->data);                      \
-    }                                                                                \
-    static void backward_##code(pg_node *n) {                                         \
-        pg_node *ka = KID(n, 0), *kb = KID(n, 1);                                    \
-        double a = ka->data, b = kb->data, y = n->data, g = n->grad;                 \
-        ka->grad += bwd_a_##code(a, b, y, g);                                        \
-        kb->grad += bwd_b_##code(a, b, y, g);                                        \
     }                                                                                \
     static void rows_forward_##code(const pg_rows *r) {                              \
         const double *a = r->x[0], *b = r->x[1];                                     \
@@ -116,11 +110,46 @@ static void backward_NONE(pg_node *n) { (void)n; }
         g[p->b] += bwd_b_##code(av, bv, y, gs);                                      \
     }
 
+/* The node rule of a binary op: both children's addends from one g. */
+#define BINARY_OP(code, FWD, BWD_A, BWD_B)                                         \
+    BINARY_RULES(code, FWD, BWD_A, BWD_B)                                          \
+    static void backward_##code(pg_node *n) {                                         \
+        pg_node *ka = KID(n, 0), *kb = KID(n, 1);                                    \
+        double a = ka->data, b = kb->data, y = n->data, g = n->grad;                 \
+        ka->grad += bwd_a_##code(a, b, y, g);                                        \
+        kb->grad += bwd_b_##code(a, b, y, g);                                        \
+    }
+
 BINARY_OP(ADD, a + b, g, g)
 BINARY_OP(MUL, a * b, b * g, a * g)
-BINARY_OP(SUB, a - b, g, -g)
+BINARY_RULES(SUB, a - b, g, -g)
 /* Gradients as PyTorch writes them: g / b and -g * a / (b * b). */
-BINARY_OP(DIV, a / b, g / b, -g * a / (b * b))
+BINARY_RULES(DIV, a / b, g / b, -g * a / (b * b))
+
+/*
+ * micrograd makes a - b as a + (b * -1) and a / b as a * b**-1: the inner
+ * node is hidden from the user but keeps a grad of its own, which a second
+ * backward() without zero_grad adds to again.  So the node rules of SUB and
+ * DIV (eager backward; replay and rows start from zero grads, where the
+ * two agree) keep that hidden grad in aux.k (-0.0 at creation): it
+ * accumulates the incoming grad, and b's addend is taken from it.  On a
+ * first backward it equals g, so results are the plain rule's, bit for bit.
+ */
+static void backward_SUB(pg_node *n) {
+    pg_node *ka = KID(n, 0), *kb = KID(n, 1);
+    double g = n->grad;
+    n->aux.k += g;
+    ka->grad += bwd_a_SUB(ka->data, kb->data, n->data, g);
+    kb->grad += bwd_b_SUB(ka->data, kb->data, n->data, n->aux.k);
+}
+static void backward_DIV(pg_node *n) {
+    pg_node *ka = KID(n, 0), *kb = KID(n, 1);
+    double g = n->grad;
+    n->aux.k += g;
+    ka->grad += bwd_a_DIV(ka->data, kb->data, n->data, g);
+    kb->grad += bwd_b_DIV(ka->data, kb->data, n->data, n->aux.k);
+}
+
 UNARY_OP(NEG, -x, -g)
 
 /* x ** k, k constant.  micrograd's rule k * x**(k-1); for k == 0 the

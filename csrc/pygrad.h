@@ -31,16 +31,17 @@ enum pg_op {
 #define PG_SEG_NODES 4096
 #define PG_MAX_SEGS 262144
 
-#define PG_E_FULL -1
+/* Error codes.  PG_E_SWEEP: backward() needs a sweep (see below). */
 #define PG_E_NOMEM -2
 #define PG_E_ARG -3
 #define PG_E_SPACE -4
 #define PG_E_SWEEP -5
-/* pg_mlp over a Python-held input or parameter: nothing made; build the
- * layers one by one (their Values must hold their children's). */
+/* pg_mlp refuses a Python-held input or parameter: nothing made; build the
+ * layers one by one (their Values must hold their operands'). */
 #define PG_E_HELD -6
-/* A creator returns PG_HELD - h (<= PG_HELD) for a new node h that is
- * Python-held: its Value must hold its children's Values (pygrad/_lifetime.py). */
+/* The one convention for "Python-held": a creator returns PG_HELD - h
+ * (<= PG_HELD) for a new node h that is Python-held; its Value must hold
+ * its operands' Values (memory.c, pygrad/_lifetime.py). */
 #define PG_HELD -16
 
 /* LINEAR's variant: activation (the PG_ACT_MASK bits) | PG_LINEAR_BIAS. */
@@ -57,59 +58,58 @@ enum pg_op {
 #define PG_F_PY_BACKWARD 2
 #define PG_F_PY_HELD 4
 
-/* A claim Python holds on a graph segment or on one node (memory.c explains
- * lifetime).  Python allocates it zeroed, wraps it with ffi.gc(claim,
- * pg_release), then lets one call fill it. */
-#define PG_CLAIM_NONE 0
-#define PG_CLAIM_SEGMENT 1
-#define PG_CLAIM_NODE 2
+/* Lifetime (memory.c has the design).  A claim is Python's hold on one
+ * node: Python allocates it zeroed, wraps it with ffi.gc(claim,
+ * pg_release), then lets pg_hold fill it. */
 typedef struct pg_claim {
-    uint32_t kind;
-    uint32_t id;
+    uint32_t h;
 } pg_claim;
 void pg_release(pg_claim *c);
-/* A new graph segment claimed by c: its sid, PG_E_NOMEM or PG_E_SPACE. */
-int32_t pg_open_segment(pg_claim *c);
-/* A new leaf (leaf pool) held by c: its handle, PG_E_NOMEM or PG_E_SPACE. */
-int32_t pg_new_leaf(pg_claim *c, double data);
 /* c holds live node h: 0, or PG_E_ARG. */
 int32_t pg_hold(pg_claim *c, uint32_t h);
-uint32_t pg_seg_used(uint32_t sid);
+/* Settling: the nodes h[0..n) are no longer held by a Value of theirs. */
+void pg_unfresh(const uint32_t *h, uint32_t n);
+/* Free slots left in the calling thread's segment (0: none open). */
+uint32_t pg_room_left(void);
+/* Close the calling thread's segment (its next node opens a new one). */
+void pg_close_current(void);
+/* Up to cap closed segments not yet settled (their sids); how many. */
+uint32_t pg_closed_segments(uint32_t *sids, uint32_t cap);
+/* Python is done with closed segment sid: 0, or PG_E_ARG. */
+int32_t pg_settle(uint32_t sid);
+/* 1 if h names a live node, else 0. */
+int32_t pg_alive(uint32_t h);
 
-/* Node creation in graph segment sid.  PG_E_FULL means: open a new
- * segment, retry.  Each op also has entry points of its own, which pass
- * no op code: see the end of this header. */
-int32_t pg_unary(uint32_t sid, int op, uint32_t a);
-int32_t pg_binary(uint32_t sid, int op, uint32_t a, uint32_t b);
-int32_t pg_binary_k(uint32_t sid, int op, uint32_t a, double k, int k_first);
-int32_t pg_powk(uint32_t sid, uint32_t a, double k, int k_is_int);
+/* Node creation, in the calling thread's segment: the new handle h, or
+ * PG_HELD - h (Python-held), or a PG_E_*.  Each op also has entry points
+ * of its own, which pass no op code: see the end of this header. */
+int32_t pg_leaf(double data);
+int32_t pg_unary(int op, uint32_t a);
+int32_t pg_binary(int op, uint32_t a, uint32_t b);
+int32_t pg_binary_k(int op, uint32_t a, double k, int k_first);
+int32_t pg_powk(uint32_t a, double k, int k_is_int);
 /* A Python-defined node (always Python-held). */
-int32_t pg_custom(uint32_t sid, double data, const uint32_t *kids, uint32_t n);
+int32_t pg_custom(double data, const uint32_t *kids, uint32_t n);
 /* An n-ary node (LINEAR, SUM, LOGSUMEXP) over kids[0..n). */
-int32_t pg_nary(uint32_t sid, int op, int variant, const uint32_t *kids, uint32_t n);
+int32_t pg_nary(int op, int variant, const uint32_t *kids, uint32_t n);
 /* A layer of nout LINEAR nodes sharing inputs x[0..nin): neuron j's
- * parameters are params[j*(nin+1) ..] = b, w0, ..., w(nin-1).  Writes the
- * new handles to out; returns 0, 1 when the outputs are Python-held, or a
- * PG_E_* (nothing made on error). */
-int32_t pg_linear_layer(uint32_t sid, int act, const uint32_t *params, const uint32_t *x,
-                        uint32_t nin, uint32_t nout, uint32_t *out);
+ * parameters are params[j*(nin+1) ..] = b, w0, ..., w(nin-1).  The nodes
+ * are consecutive handles; returns the first (or PG_HELD - first). */
+int32_t pg_linear_layer(int act, const uint32_t *params, const uint32_t *x, uint32_t nin,
+                        uint32_t nout);
 /* The layers of an MLP in one call: layer l has sizes[l] inputs and
  * sizes[l + 1] neurons, parameters params[l] (as pg_linear_layer's) and
  * activation acts[l]; layer 0 reads x[0..sizes[0]), each next layer the
  * one before.  Every layer's nodes are consecutive handles in one
- * segment; returns the last layer's first handle, or a PG_E_* (PG_E_HELD,
- * PG_E_FULL, ...; nothing made on error). */
-int32_t pg_mlp(uint32_t sid, uint32_t nlayers, const int *acts, const uint32_t *const *params,
+ * segment; returns the last layer's first handle (only the last layer's
+ * nodes get Values), or a PG_E_* (PG_E_HELD, ...; nothing made on error). */
+int32_t pg_mlp(uint32_t nlayers, const int *acts, const uint32_t *const *params,
                const uint32_t *sizes, const uint32_t *x);
-/* n leaves in graph segment sid (data.to_values): their handles are
- * first, first + 1, ...; returns first or a PG_E_* (nothing made on
- * error).  Like op results, they live as long as the segment's claim or a
- * parent holds them. */
-int32_t pg_segment_leaves(uint32_t sid, const double *data, uint32_t n);
+/* n leaves (data.to_values): consecutive handles, returns the first. */
+int32_t pg_leaves(const double *data, uint32_t n);
 /* A user-defined op (pygrad.Function): value `data`, and the partial
  * derivative of it by each child, captured at forward time. */
-int32_t pg_function(uint32_t sid, double data, const uint32_t *kids, const double *partials,
-                    uint32_t n);
+int32_t pg_function(double data, const uint32_t *kids, const double *partials, uint32_t n);
 
 /* Bulk access, one call for many nodes (parameters). */
 void pg_gather_data(const uint32_t *h, uint32_t n, double *out);
@@ -130,11 +130,14 @@ void pg_set_data(uint32_t h, double v);
 double pg_grad(uint32_t h);
 void pg_set_grad(uint32_t h, double v);
 int pg_op(uint32_t h);
+/* op | flags << 8 | (1 << 16 if the node has a Python record), in one call. */
+int32_t pg_describe(uint32_t h);
 int pg_flags(uint32_t h);
 int pg_variant(uint32_t h);
 double pg_exponent(uint32_t h);
 uint32_t pg_nkids(uint32_t h);
-uint32_t pg_kid(uint32_t h, uint32_t i);
+/* Node h's children: copies up to cap of them to out, returns how many it has. */
+uint32_t pg_kids(uint32_t h, uint32_t *out, uint32_t cap);
 const char *pg_op_name(int op);
 
 /* The op table (csrc/ops.def), row by row: pg_op_info(op) for op in
@@ -159,14 +162,19 @@ int pg_set_py_backward(uint32_t h);
 /* Backward.  Returns 0 when done, h + 1 when node h needs its Python
  * backward run (then call pg_backward_resume), or a negative PG_E_*:
  * PG_E_SWEEP asks for a sweep (sweep was NULL and a Python backward may be
- * met), before anything changed.  The sweep is Python's, zeroed, and
- * released by pg_sweep_clear (ffi.gc). */
+ * met), before anything changed.  With a sweep, the grads it will touch
+ * are saved first; pg_sweep_restore puts them back unless the sweep ran to
+ * its end.  The sweep is Python's, zeroed, and released by pg_sweep_clear
+ * (ffi.gc). */
 typedef struct pg_sweep {
     uint32_t *order;       /* the recorded walk, parents first */
+    double *saved;         /* each recorded node's grad and aux, before */
     size_t n, cap, pos;
+    int done;
 } pg_sweep;
 int32_t pg_backward(uint32_t root, pg_sweep *sweep);
 int32_t pg_backward_resume(pg_sweep *sweep);
+void pg_sweep_restore(pg_sweep *sweep);
 void pg_sweep_clear(pg_sweep *sweep);
 void pg_node_backward(uint32_t h);
 
@@ -219,8 +227,7 @@ void pg_limit_segments(uint32_t n);
 /* Accounting, for tests and benchmarks. */
 uint64_t pg_live_nodes(void);
 uint32_t pg_live_segments(void);
-/* Segments opened so far: a counter that moves whenever new nodes may
- * have been made in a new segment. */
+/* Segments opened so far. */
 uint64_t pg_segment_births(void);
 uint32_t pg_node_size(void);
 
@@ -230,10 +237,10 @@ uint32_t pg_node_size(void);
  * Per-op entry points: the calls Python makes most, with as few arguments
  * as possible (each one costs cffi a conversion).  For each row CODE of
  * ops.def:
- *   pg_binary_CODE(sid, a, b)       a op b                  (pg_binary)
- *   pg_binary_k_CODE(sid, a, k)     a op k, k a new leaf    (pg_binary_k)
- *   pg_binary_rk_CODE(sid, k, a)    k op a, k a new leaf
- *   pg_unary_CODE(sid, a)           op a                    (pg_unary)
+ *   pg_binary_CODE(a, b)       a op b                  (pg_binary)
+ *   pg_binary_k_CODE(a, k)     a op k, k a new leaf    (pg_binary_k)
+ *   pg_binary_rk_CODE(k, a)    k op a, k a new leaf
+ *   pg_unary_CODE(a)           op a                    (pg_unary)
  * and for x ** number, pg_powk_float / pg_powk_int (pg_powk with
  * k_is_int 0 / 1).  They are static inline so that a row's forms can be
  * generated without the preprocessor knowing its arity: only the forms
@@ -241,26 +248,26 @@ uint32_t pg_node_size(void);
  * form that does not fit would return PG_E_ARG from the generic creator.
  */
 #define PG_OP(code, name, arity, methods, act, doc) \
-    static inline int32_t pg_binary_##code(uint32_t sid, uint32_t a, uint32_t b) { \
-        return pg_binary(sid, PG_OP_##code, a, b); \
+    static inline int32_t pg_binary_##code(uint32_t a, uint32_t b) { \
+        return pg_binary(PG_OP_##code, a, b); \
     } \
-    static inline int32_t pg_binary_k_##code(uint32_t sid, uint32_t a, double k) { \
-        return pg_binary_k(sid, PG_OP_##code, a, k, 0); \
+    static inline int32_t pg_binary_k_##code(uint32_t a, double k) { \
+        return pg_binary_k(PG_OP_##code, a, k, 0); \
     } \
-    static inline int32_t pg_binary_rk_##code(uint32_t sid, double k, uint32_t a) { \
-        return pg_binary_k(sid, PG_OP_##code, a, k, 1); \
+    static inline int32_t pg_binary_rk_##code(double k, uint32_t a) { \
+        return pg_binary_k(PG_OP_##code, a, k, 1); \
     } \
-    static inline int32_t pg_unary_##code(uint32_t sid, uint32_t a) { \
-        return pg_unary(sid, PG_OP_##code, a); \
+    static inline int32_t pg_unary_##code(uint32_t a) { \
+        return pg_unary(PG_OP_##code, a); \
     }
 #include "ops.def"
 #undef PG_OP
 
-static inline int32_t pg_powk_float(uint32_t sid, uint32_t a, double k) {
-    return pg_powk(sid, a, k, 0);
+static inline int32_t pg_powk_float(uint32_t a, double k) {
+    return pg_powk(a, k, 0);
 }
-static inline int32_t pg_powk_int(uint32_t sid, uint32_t a, double k) {
-    return pg_powk(sid, a, k, 1);
+static inline int32_t pg_powk_int(uint32_t a, double k) {
+    return pg_powk(a, k, 1);
 }
 
 #endif

@@ -172,9 +172,6 @@ class Backend:
         out._backward = _backward
         return out
 
-    def parameters_made(self) -> None:
-        """Called when a model has made its (long-lived) parameters."""
-
 
 def _check_layer_params(packed_params: Any, nin: int, nout: int) -> None:
     """ValueError unless a fused layer's packed parameters number
@@ -235,7 +232,7 @@ class _CBackend(Backend):
         return _engine._make_layer(act, packed_params, self.pack(xs), nin, nout, params, xs)
 
     def leaves(self, data: Sequence[float]) -> List[Any]:
-        # Made in bulk, held by their segment like op results.
+        # Made in bulk, one C call per segment's worth.
         return _engine._make_leaves(data) if data else []
 
     def pack_layers(self, layers: Sequence[tuple]) -> Any:
@@ -265,11 +262,6 @@ class _CBackend(Backend):
                       partials: Sequence[float]) -> Any:
         return _engine._make_function(data, self.pack(values), ffi.new("double[]", list(partials)),
                                       len(values), name, tuple(values))
-
-    def parameters_made(self) -> None:
-        # New graph nodes start in a fresh segment, so that the long-lived
-        # parameters don't share (and pin) a segment with training graphs.
-        _engine._end_segment()
 
 
 C: Backend = _CBackend("c", _engine.Value, _functional.dot, _functional.sum,

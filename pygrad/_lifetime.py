@@ -1,36 +1,47 @@
 """Python's side of node lifetime.  csrc/memory.c has the whole design and
-its state diagram; in short:
+its state diagram (eight concepts); what Python does in it:
 
-* **Claims.**  A Value holds its node through ``_s``: either the
-  ``Segment`` its node was made in (op results share one per C graph
-  segment, so an op costs no per-node bookkeeping), or a node claim of its
-  own (leaves, custom ops, Values met through ``_prev``).  Both release in C
-  (``ffi.gc`` with ``lib.pg_release``): no Python code runs when a Value
-  dies, so an interrupt can't cut a release in half.
-* **Python-held nodes.**  A node made in Python (``Value(x, children, op)``,
-  usually with a ``_backward`` closure) and every node above one keep their
-  children's Values in ``_kids``, as micrograd's ``_prev`` does, so the
-  closure's cycle is one the garbage collector sees and frees.
-* **One Value per node.**  ``_prev`` hands out the Value that already
-  exists for a node: registered ones (leaves, Python-held nodes, Values
-  ``_prev`` made), or, for op results, the Values found holding the node's
-  segment (``gc.get_referrers``), once per segment.
-* **Settling.**  A Value kept after its graph is dropped would keep its whole
-  segment (and all the segment reaches).  When closed segments pile up,
-  their remaining Values trade the segment claim for a node claim of their
-  own, and the segment goes: a kept Value pins only its own subgraph.
-* **Node records.**  ``label`` and custom op names belong to the node, not to
-  a Value object, so they live in ``extras``, indexed from the C node.
+* **Fresh Values sit in their segment's list.**  Each op result and leaf is
+  stored in ``lists[sid][offset]`` as it is made: one list store per op, no
+  claim or weak reference.  The list is also how ``_prev`` finds the Value
+  of a node, so there is one Value per node (``value_of``).
+* **Settling** reads those Values' reference counts, never the heap: a
+  Value that only its list holds is dead, so it leaves the list and its
+  node's fresh mark is cleared (the node is freed if nothing else holds
+  it).  In a closed segment a live Value takes a claim of its own and moves
+  to the registry, and the list goes.  Closed segments settle when a new
+  segment's list is made (``Lists.__missing__``); open ones too after every
+  full garbage collection (a ``gc`` callback) and on ``settle()``.
+* **Claims.**  A settled Value holds its node through ``_s``, a claim that
+  C releases (``ffi.gc``) when the Value dies: no Python code runs then, so
+  an interrupt can't cut a release in half.
+* **Registry.**  Claimed Values by handle, weakly, for ``value_of``.
+* **Python-held nodes.**  A custom op's Value, and every op result above
+  one, keeps its operands' Values in ``_hold``, as micrograd's ``_prev``
+  does, so the closures' cycles stay visible to the garbage collector.
+* **Node records.**  ``label`` and op names set by the user belong to the
+  node: they live in ``extras``, indexed from the C node.
+
+Every step is ordered so that a KeyboardInterrupt between any two leaves
+nothing unheld: a Value is claimed and registered before its list goes,
+and a segment is marked settled (``pg_settle``) only after that.
 """
 import gc
 import os
+import sys
 import threading
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Type
+from typing import Any, List, Optional
 
 from ._core import ffi, lib
 
-_SEG_BITS = lib.PG_SEG_BITS
+__all__ = ["lists", "registry", "hold", "lock", "value_of", "values_of", "existing_value",
+           "settle", "settle_closed", "extras", "check"]
+
+SEG_BITS: int = lib.PG_SEG_BITS
+OFFSET_MASK: int = lib.PG_SEG_NODES - 1
+_getrefcount = sys.getrefcount
+_new = object.__new__
 
 
 def _claim(_gc: Any = ffi.gc, _new: Any = ffi.new, _release: Any = lib.pg_release) -> Any:
@@ -39,169 +50,196 @@ def _claim(_gc: Any = ffi.gc, _new: Any = ffi.new, _release: Any = lib.pg_releas
     return _gc(_new("pg_claim *"), _release)
 
 
-def _check(rc: int, what: str) -> int:
+def check(rc: int, what: str) -> int:
+    """rc if it is a handle, else the exception its PG_E_* code means."""
+    if rc >= 0:
+        return rc
     if rc == lib.PG_E_SPACE:
         raise MemoryError(f"pygrad: the handle space is full ({lib.PG_MAX_SEGS:,} segments of "
                           f"{lib.PG_SEG_NODES:,} nodes, 2**30 nodes) while making {what}; "
                           "too many Values are alive")
     if rc == lib.PG_E_NOMEM:
         raise MemoryError(f"pygrad: out of memory for {what}")
-    if rc < 0:
-        raise ValueError(f"pygrad: invalid node for {what} (a Value whose node no longer exists)")
-    return rc
-
-
-class Segment:
-    """Python's claim on one C graph segment, shared by the Values made in
-    it.  ``found``: its Values have been registered (see ``find_values``)."""
-
-    __slots__ = ("sid", "claim", "found", "__weakref__")
-
-    def __init__(self) -> None:
-        claim = _claim()
-        self.sid = _check(lib.pg_open_segment(claim), "a new node segment")
-        self.claim = claim
-        self.found = False
-
-    def __reduce__(self) -> Any:
-        raise TypeError("a pygrad claim on C memory can't be copied or pickled")
+    raise ValueError(f"pygrad: invalid node for {what} (a Value whose node no longer exists)")
 
 
 def hold(h: int) -> Any:
-    """A node claim on live node h."""
+    """A claim on live node h."""
     claim = _claim()
-    _check(lib.pg_hold(claim, h), "a node claim")
+    check(lib.pg_hold(claim, h), "a node claim")
     return claim
 
 
-def new_leaf(data: float, _leaf: Any = lib.pg_new_leaf) -> "tuple[int, Any]":
-    """A new leaf in the leaf pool: its handle and the claim that holds it."""
-    claim = _claim()
-    h = _leaf(claim, data)
-    return (h if h >= 0 else _check(h, "a leaf")), claim
+class Lists(dict):
+    """sid -> the Values made in that segment, by offset (None: no Value)."""
+
+    __slots__ = ()
+
+    def __missing__(self, sid: int) -> List[Any]:
+        # A thread has moved to a new segment, so another one may have closed.
+        vals: List[Any] = [None] * lib.PG_SEG_NODES
+        self[sid] = vals
+        settle_closed()
+        return vals
 
 
-# -- one Value per node ---------------------------------------------------------
-
-class Registry:
-    """Handle -> the live Value of that node, by weak reference (no
-    callbacks, which would run Python code when a Value dies); dead entries
-    are purged when the table has doubled."""
-
-    __slots__ = ("refs", "live", "segments", "lock")
-
-    def __init__(self) -> None:
-        self.refs: Dict[int, "weakref.ref[Any]"] = {}
-        self.live = 64
-        # sid -> weak reference to its Segment, for find_values and settle.
-        self.segments: Dict[int, "weakref.ref[Segment]"] = {}
-        self.lock = threading.RLock()
-
-    def add(self, v: Any, _ref: Any = weakref.ref) -> None:
-        refs = self.refs
-        refs[v._h] = _ref(v)
-        if len(refs) > 2 * self.live:
-            self._purge()
-
-    def _purge(self) -> None:
-        # In place, from a snapshot, since other threads add without the
-        # lock: an entry is dropped only if it is still the dead one seen in
-        # the snapshot.  dict.copy() makes it in C with no thread switch
-        # (list(items) can't: its tuples may start a GC that runs other
-        # Python code); only then may the GIL move.
-        with self.lock:
-            refs = self.refs
-            if len(refs) <= 2 * self.live:
-                return
-            for h, r in refs.copy().items():
-                if r() is None and refs.get(h) is r:
-                    del refs[h]
-            self.live = max(64, len(refs))
-
-    def get(self, h: int) -> Any:
-        r = self.refs.get(h)
-        return r() if r is not None else None
-
-    def add_segment(self, seg: Segment) -> None:
-        self.segments[seg.sid] = weakref.ref(seg)     # a reused sid overwrites
-
-    def segments_alive(self) -> List[Segment]:
-        entries = self.segments.copy().items()      # a snapshot, as in _purge
-        alive = [s for s in (r() for _, r in entries) if s is not None]
-        if len(alive) * 2 < len(entries):
-            with self.lock:           # in place, as in _purge
-                for sid, r in entries:
-                    if r() is None and self.segments.get(sid) is r:
-                        del self.segments[sid]
-        return alive
-
-    def segment(self, sid: int) -> Optional[Segment]:
-        r = self.segments.get(sid)
-        seg = r() if r is not None else None
-        return seg if seg is not None and seg.sid == sid else None
+lists = Lists()
+registry: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+# Guards the lists against a lookup and a settle at once (another thread's,
+# or a garbage collection's); settles never wait for it.
+_lock = threading.Lock()
 
 
-registry = Registry()
+def _dead_count() -> int:
+    """The reference count ``_sweep`` sees for a Value only its list holds."""
+    vals = [object()]
+    for i in range(len(vals) - 1, -1, -1):
+        v = vals[i]
+        return _getrefcount(v)
+    raise AssertionError
 
 
-def values_holding(seg: Segment, value_type: Type[Any]) -> List[Any]:
-    """The Values that hold segment ``seg`` (op results made in it)."""
-    return [w for w in gc.get_referrers(seg) if isinstance(w, value_type) and w._s is seg]
+_DEAD = _dead_count()
+# The count map(getrefcount, list) sees for such a Value.
+_DEAD_MAPPED = list(map(_getrefcount, [object()]))[0]
 
 
-def find_values(seg: Segment, value_type: type, close: Callable[[Segment], None]) -> None:
-    """Register the Values made in ``seg``, once: the segment is closed
-    first (no Value joins it later), so one scan finds them all."""
-    with registry.lock:
-        if seg.found:
+def _sweep(vals: List[Any], dead: int = _DEAD) -> List[int]:
+    """Drop from ``vals`` every Value only it holds; their offsets.  Newest
+    first: a dropped Value lets go of what it held (``_hold``, ``_prev``), so
+    a chain of Values that only hold each other goes in one pass."""
+    gone = []
+    for i in range(len(vals) - 1, -1, -1):
+        v = vals[i]
+        if v is not None and _getrefcount(v) <= dead:
+            vals[i] = None
+            gone.append(i)
+    return gone
+
+
+def _all_dead(vals: List[Any]) -> bool:
+    """True if no Value in ``vals`` is held by anything but the list (the
+    common case for a closed segment: one C-level pass)."""
+    return list(map(_getrefcount, vals)).count(_DEAD_MAPPED) == len(vals) - vals.count(None)
+
+
+def _settle_closed() -> None:
+    sids = ffi.new("uint32_t[16]")
+    while True:
+        n = lib.pg_closed_segments(sids, 16)
+        if not n:
             return
-        close(seg)
-        for w in values_holding(seg, value_type):
-            registry.add(w)
-        seg.found = True
+        for sid in list(sids[0:n]):
+            vals = lists.get(sid)
+            if vals is not None:
+                if not _all_dead(vals):
+                    _sweep(vals)
+                    for v in vals:
+                        if v is not None:
+                            registry[v._h] = v      # registered, then claimed:
+                            v._s = hold(v._h)       # the list still holds it
+                del lists[sid]
+                vals = None
+            lib.pg_settle(sid)
 
 
-class Settler:
-    """Trades the segment claims of Values kept in closed segments for node
-    claims, so that those segments (and what only they held) are freed.
-    Runs when the number of live closed segments has doubled since the last
-    time, so its cost (one scan of Python's objects) stays amortized."""
-
-    __slots__ = ("threshold", "opened")
-
-    def __init__(self) -> None:
-        self.threshold = 64
-        self.opened = 0
-
-    def segment_opened(self, current: Optional[Segment], value_type: type) -> None:
-        self.opened += 1
-        if self.opened >= self.threshold:
-            self.opened = 0
-            if len(registry.segments_alive()) > self.threshold:
-                self.settle(current, value_type)
-
-    def settle(self, current: Optional[Segment], value_type: type) -> None:
-        """Settle every live closed segment now (after another thread that
-        is settling, if any)."""
-        # A with block, not acquire() then try: an interrupt between those
-        # two would leave the lock held and every other thread waiting.
-        seg: Optional[Segment]
-        with registry.lock:
-            for seg in registry.segments_alive():
-                if seg is current:
-                    continue
-                for w in values_holding(seg, value_type):
-                    claim = hold(w._h)
-                    # Registered before it leaves the segment: a Ctrl-C between
-                    # the two must not leave a Value _prev can't find.
-                    registry.add(w)
-                    w._s = claim        # one store: the Value is never unheld
-                seg.found = True
-            seg = None
-            self.threshold = max(64, 2 * len(registry.segments_alive()))
+def settle_closed() -> None:
+    """Settle the closed segments, unless a settle is already under way."""
+    if _lock.acquire(False):
+        try:
+            _settle_closed()
+        finally:
+            _lock.release()
 
 
-settler = Settler()
+def _settle_open() -> None:
+    # As a closed segment's, but the list stays for the Values still to
+    # come, and a node whose Value is not stored yet (an op under way in
+    # another thread) keeps its fresh mark.
+    for sid, vals in list(lists.items()):
+        gone = _sweep(vals)
+        for i, v in enumerate(vals):
+            if v is not None:
+                registry[v._h] = v      # registered, then claimed, then out
+                v._s = hold(v._h)
+                vals[i] = None
+                gone.append(i)
+        if gone:
+            base = sid << SEG_BITS
+            handles = ffi.new("uint32_t[]", [base | i for i in gone])
+            lib.pg_unfresh(handles, len(gone))
+
+
+def settle() -> None:
+    """Settle every segment now: nodes whose Values are gone are freed.  The
+    calling thread's segment is closed first (no op of this thread can be
+    under way), so even nodes whose Value never came (an op interrupted
+    between C and Python) go."""
+    with _lock:
+        lib.pg_close_current()
+        _settle_closed()
+        _settle_open()
+
+
+def _after_collection(phase: str, info: dict) -> None:
+    # Before a full collection, every Value still in a list takes a claim
+    # and leaves it: then the collection sees what the user really holds,
+    # and frees whole micrograd-style graphs, closure cycles and all, at
+    # once (micrograd's own graphs go then too).  Never waits: a settle
+    # under way makes this one needless.
+    if phase != "start" or info.get("generation") != 2 or not _lock.acquire(False):
+        return
+    try:
+        _settle_closed()
+        _settle_open()
+    finally:
+        _lock.release()
+
+
+gc.callbacks.append(_after_collection)
+
+
+def lock() -> Any:
+    """The lock ``existing_value`` needs (remade in a forked child)."""
+    return _lock
+
+
+def existing_value(h: int) -> Optional[Any]:
+    """The Value of node h, if one exists (lock held)."""
+    vals = lists.get(h >> SEG_BITS)
+    if vals is not None:
+        v = vals[h & OFFSET_MASK]
+        if v is not None:
+            return v
+    return registry.get(h)
+
+
+def value_of(h: int, value_type: type) -> Any:
+    """The Value of live node h: the one that exists, else a new one that
+    holds its node and is registered."""
+    with _lock:
+        v = existing_value(h)
+        if v is None:
+            v = _new(value_type)
+            v._h = h
+            v._s = hold(h)
+            registry[h] = v
+        return v
+
+
+def values_of(handles: Any, n: int, value_type: type) -> List[Any]:
+    """``value_of`` for n handles at once (one lock)."""
+    with _lock:
+        out = []
+        for h in handles[0:n]:
+            v = existing_value(h)
+            if v is None:
+                v = _new(value_type)
+                v._h = h
+                v._s = hold(h)
+                registry[h] = v
+            out.append(v)
+        return out
 
 
 # -- node records: label and custom op name -------------------------------------
@@ -250,7 +288,7 @@ class ExtraTable:
             else:
                 i = len(self.items)
                 self.items.append(extra)
-            _check(lib.pg_set_extra(h, i), "a node record")
+            check(lib.pg_set_extra(h, i), "a node record")
             return extra
 
     def purge(self) -> None:
@@ -269,7 +307,8 @@ extras = ExtraTable()
 
 def _after_fork_in_child() -> None:
     # Locks held by other threads at fork() stay locked in the child.
-    registry.lock = threading.RLock()
+    global _lock
+    _lock = threading.Lock()
     extras.lock = threading.RLock()
 
 

@@ -1,136 +1,87 @@
 """The C-backed ``Value``: a drop-in for ``micrograd.engine.Value``.
 
-A Value is a thin handle: ``_h`` names its node in C, ``_s`` holds the claim
-that keeps the node alive (pygrad/_lifetime.py), and, for a node made in
-Python, ``_kids`` holds its children's Values.  The numbers and the graph
-live in C; each operator is one C call.  The forward and gradient rules of
-every op are in csrc/ops.c.  Attributes set on a Value are its own, as on
-any Python object; there is one Value per live node (``_prev`` hands out the
-ones you hold).
+A Value is a thin handle: ``_h`` names its node in C.  The numbers and the
+graph live in C; each operator is one C call, and the forward and gradient
+rules of every op are in csrc/ops.c.  Lifetime (csrc/memory.c,
+pygrad/_lifetime.py): a new Value is stored in its segment's list, and
+settling later gives the Values still in use a claim of their own (``_s``).
+A Python-held Value (a custom op, or an op over one) keeps its operands'
+Values in ``_hold``; ``_kids`` caches ``_prev``.  There is one Value per
+node, so ``_prev`` hands out the Values you hold, and the same ones on
+every walk.  Attributes set on a Value are its own, as on any Python object.
 """
+import functools
 import numbers
-from typing import Any, Callable, Iterable, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Set, Tuple
 
 from . import _lifetime, _ops
 from ._core import ffi, lib
-from ._lifetime import Segment, extras, registry
+from ._lifetime import check as _check
+from ._lifetime import extras, lists as _lists
 from ._numbers import real_or_none, value_data
 
-__all__ = ["Value"]
-
-Number = Union[int, float]
-Operand = Union["Value", int, float]
+__all__ = ["Value", "settle"]
 
 _new = object.__new__
-_new_leaf = _lifetime.new_leaf
-_SEG_BITS = lib.PG_SEG_BITS
-_E_FULL, _E_HELD, _HELD = lib.PG_E_FULL, lib.PG_E_HELD, lib.PG_HELD
+_HELD = lib.PG_HELD
 _powk_float, _powk_int = lib.pg_powk_float, lib.pg_powk_int
-
-
-class _NoSegment:
-    """Stands for "no segment open": C refuses sid 0, which sends an op to
-    the slow path, where a segment is opened."""
-
-    __slots__ = ()
-    sid = 0
-
-
-# The segment new nodes go into.  Each op reads it once into a local, so a
-# rollover by another thread can't separate a node from its claim.
-_seg: Segment = _NoSegment()  # type: ignore[assignment]
-
-_op_names: Tuple[str, ...] = ()
-
-
-def _open_segment() -> Segment:
-    """Start new nodes in a fresh segment (and settle kept Values, now and
-    then: see _lifetime.Settler)."""
-    global _seg
-    try:
-        seg = Segment()
-    except MemoryError:
-        # Let go of the full segment too: what it alone kept can then be freed.
-        _seg = _NoSegment()  # type: ignore[assignment]
-        raise
-    registry.add_segment(seg)
-    _seg = seg
-    _lifetime.settler.segment_opened(seg, Value)
-    return seg
-
-
-def _end_segment() -> None:
-    """Start new nodes in a fresh segment.  Called at each backward(): the
-    graph just built then has no claim from the allocator, so it is freed as
-    soon as the user drops it (otherwise the last segment would wait for
-    4096 more nodes)."""
-    if lib.pg_seg_used(_seg.sid) > 0:
-        _open_segment()
+# A handle is sid << SEG_BITS | offset; the hot paths index the segment
+# lists with these two (bound as closure constants).
+_BITS, _MASK = _lifetime.SEG_BITS, _lifetime.OFFSET_MASK
 
 
 def settle() -> None:
-    """Let go of the segments kept only by Values that outlived their graph:
-    each such Value then holds its own node, and the rest of its segment
-    is freed.  pygrad does this by itself whenever kept segments have
-    doubled (from 64); call it to make live-node counts exact now."""
-    _end_segment()
-    _lifetime.settler.settle(_seg, Value)
-
-
-def _close(seg: Segment) -> None:
-    """No new node goes into ``seg`` from now on."""
-    if _seg is seg:
-        _open_segment()
-
-
-def _wrap(h: int, seg: Segment) -> "Value":
-    out = _new(Value)
-    out._h = h
-    out._s = seg
-    return out
+    """Free now the nodes whose Values are all gone.  pygrad settles by
+    itself as segments fill and after each full garbage collection; call it
+    (after ``gc.collect()`` if your graph has reference cycles) to make
+    live-node counts exact."""
+    _lifetime.settle()
 
 
 def _held(h: int, kids: tuple) -> "Value":
-    """The Value of a new Python-held node: it holds its own node claim and
-    its children's Values."""
+    """The Value of new Python-held node h: it holds its operands' Values."""
     out = _new(Value)
     out._h = h
-    out._s = _lifetime.hold(h)
-    out._kids = kids          # found through its parents' _kids: no registry
+    out._hold = kids
+    _lists[h >> _BITS][h & _MASK] = out
     return out
 
 
-def _retry(rc: int, seg: Segment, make: Callable[..., int], args: tuple) -> Tuple[int, Segment]:
-    """PG_E_FULL means the segment is full, or an operand lives in a newer
-    segment (another thread moved on); sid 0 means none is open: use the
-    current segment, or open a new one, until ``make(sid, *args)`` fits."""
-    while rc == _E_FULL or not seg.sid:
-        if _seg is seg:
-            _open_segment()
-        seg = _seg
-        rc = make(seg.sid, *args)
-    return rc, seg
-
-
-def _finish(rc: int, seg: Segment, make: Callable[..., int], args: tuple,
-            kids: tuple) -> "Value":
-    """Slow path of node creation (see _retry); rc <= PG_HELD names a
-    Python-held node."""
-    rc, seg = _retry(rc, seg, make, args)
+def _attend(rc: int, kids: tuple, what: str = "a graph node") -> "Value":
+    """A creator's result that is no plain handle: a Python-held node
+    (PG_HELD - h), or an error."""
     if rc <= _HELD:
         return _held(_HELD - rc, kids)
-    return _wrap(_lifetime._check(rc, "a graph node"), seg)
+    _check(rc, what)
+    raise AssertionError("unreachable")
 
 
 def _create(make: Callable[..., int], kids: tuple, *args: Any) -> "Value":
-    """A node from ``make(sid, *args)`` in the current segment, wrapped (the
-    path of the less frequent ops; the hot dunders inline it).  ``kids``:
-    the operand Values, held if the result is Python-held."""
-    seg = _seg
-    h = make(seg.sid, *args)
+    """A node from ``make(*args)``, wrapped (the path of the less frequent
+    ops; the hot dunders inline it).  ``kids``: the operand Values, held if
+    the result is Python-held."""
+    h = make(*args)
     if h < 0:
-        return _finish(h, seg, make, args, kids)
-    return _wrap(h, seg)
+        return _attend(h, kids)
+    out = _new(Value)
+    out._h = h
+    _lists[h >> _BITS][h & _MASK] = out
+    return out
+
+
+def _run(h: int, n: int, kids: Optional[Callable[[int], tuple]] = None) -> "list[Value]":
+    """Values for the n consecutive new nodes h, h + 1, ... (one segment);
+    with ``kids``, Python-held ones holding ``kids(j)``."""
+    vals = _lists[h >> _BITS]
+    values = []
+    for j in range(n):
+        v = _new(Value)
+        v._h = h + j
+        if kids is not None:
+            v._hold = kids(j)
+        vals[(h + j) & _MASK] = v
+        values.append(v)
+    return values
 
 
 def _make_nary(op: int, variant: int, handles: Any, n: int, kids: tuple = ()) -> "Value":
@@ -141,23 +92,14 @@ def _make_nary(op: int, variant: int, handles: Any, n: int, kids: tuple = ()) ->
 def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
                 param_values: "Sequence[Value]" = (), xs: "Sequence[Value]" = ()) -> "list[Value]":
     """nout fused LINEAR nodes over shared inputs (pygrad.nn.Layer)."""
-    out = ffi.new("uint32_t[]", nout)
-    seg = _seg
-    rc = lib.pg_linear_layer(seg.sid, act, params, x, nin, nout, out)
-    if rc != 0:
-        args = (act, params, x, nin, nout, out)
-        rc, seg = _retry(rc, seg, lib.pg_linear_layer, args)
-        _lifetime._check(rc, "a layer")
-        if rc == 1:
-            k = nin + 1
-            inputs = tuple(xs)
-            return [_held(out[j], tuple(param_values[j * k:(j + 1) * k]) + inputs)
-                    for j in range(nout)]
-    values = [_new(Value) for _ in range(nout)]
-    for v, h in zip(values, out):
-        v._h = h
-        v._s = seg
-    return values
+    rc = lib.pg_linear_layer(act, params, x, nin, nout)
+    if rc >= 0:
+        return _run(rc, nout)
+    if rc > _HELD:
+        _check(rc, "a layer")
+    k = nin + 1
+    inputs = tuple(xs)
+    return _run(_HELD - rc, nout, lambda j: tuple(param_values[j * k:(j + 1) * k]) + inputs)
 
 
 def _make_mlp(nlayers: int, acts: Any, params: Any, sizes: Any, x: Any,
@@ -166,43 +108,21 @@ def _make_mlp(nlayers: int, acts: Any, params: Any, sizes: Any, x: Any,
     outputs are nodes without Values (``_prev`` makes them on demand); the
     last layer's ``nout`` outputs become Values.  None when an input or
     parameter is Python-held: then the layers must be built one by one."""
-    seg = _seg
-    h = lib.pg_mlp(seg.sid, nlayers, acts, params, sizes, x)
-    if h < 0:
-        if h == _E_HELD:
-            return None
-        h, seg = _retry(h, seg, lib.pg_mlp, (nlayers, acts, params, sizes, x))
-        if h == _E_HELD:
-            return None
-        _lifetime._check(h, "a model's layers")
-    values = [_new(Value) for _ in range(nout)]
-    for v in values:
-        v._h = h
-        v._s = seg
-        h += 1
-    return values
+    rc = lib.pg_mlp(nlayers, acts, params, sizes, x)
+    if rc == lib.PG_E_HELD:
+        return None
+    return _run(_check(rc, "a model's layers"), nout)
 
 
 def _make_leaves(data: "Sequence[float]") -> "list[Value]":
-    """Leaves holding ``data`` (pygrad.data.to_values), made like op results
-    in the current segment, one C call per segment's worth: no leaf-pool
-    claim or registry entry per Value."""
+    """Leaves holding ``data`` (pygrad.data.to_values), one C call per
+    segment's worth."""
     buf = ffi.new("double[]", data)
     values: "list[Value]" = []
     step = lib.PG_SEG_NODES
     for start in range(0, len(data), step):
         n = min(step, len(data) - start)
-        args = (buf + start, n)
-        seg = _seg
-        h = lib.pg_segment_leaves(seg.sid, *args)
-        if h < 0:
-            h, seg = _retry(h, seg, lib.pg_segment_leaves, args)
-            _lifetime._check(h, "leaves")
-        for hi in range(h, h + n):
-            v = _new(Value)
-            v._h = hi
-            v._s = seg
-            values.append(v)
+        values += _run(_check(lib.pg_leaves(buf + start, n), "leaves"), n)
     return values
 
 
@@ -212,6 +132,19 @@ def _make_function(data: float, kids: Any, partials: Any, n: int, name: str,
     out = _create(lib.pg_function, values, data, kids, partials, n)
     extras.get_or_create(out._h).op = name
     return out
+
+
+def _new_leaf(data: Any) -> int:
+    """A new leaf's handle: ``Value(x)``'s C call, for any real x."""
+    t = type(data)
+    if t is float or t is int:
+        try:
+            h = lib.pg_leaf(data)      # cffi turns an int into a double as float(int) does
+        except OverflowError:
+            h = lib.pg_leaf(value_data(data, Value))
+    else:
+        h = lib.pg_leaf(value_data(data, Value))
+    return h if h >= 0 else _check(h, "a leaf")
 
 
 def _not_a_number(other: Any) -> Any:
@@ -246,30 +179,30 @@ def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
     code = op.key.upper()
     make = getattr(lib, "pg_binary_" + code)
     make_k = getattr(lib, "pg_binary_k_" + code)
+    bits, mask = _BITS, _MASK
 
     def method(self: "Value", other: Any) -> "Value":
-        seg = _seg
         t = type(other)
         if t is Value:
-            h = make(seg.sid, self._h, other._h)
+            h = make(self._h, other._h)
             if h >= 0:
                 out = _new(Value)
                 out._h = h
-                out._s = seg
+                _lists[h >> bits][h & mask] = out
                 return out
-            return _finish(h, seg, make, (self._h, other._h), (self, other))
+            return _attend(h, (self, other))
         if t is float or t is int:
             try:
                 # cffi turns an int into a double as float(int) does
-                h = make_k(seg.sid, self._h, other)
+                h = make_k(self._h, other)
             except OverflowError:
                 return _other_operand(self, other, make, make_k, False)
             if h >= 0:
                 out = _new(Value)
                 out._h = h
-                out._s = seg
+                _lists[h >> bits][h & mask] = out
                 return out
-            return _finish(h, seg, make_k, (self._h, other), (self,))
+            return _attend(h, (self,))
         return _other_operand(self, other, make, make_k, False)
 
     method.__doc__ = doc
@@ -282,21 +215,21 @@ def _binary_swapped(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
     code = op.key.upper()
     make = getattr(lib, "pg_binary_" + code)
     make_rk = getattr(lib, "pg_binary_rk_" + code)
+    bits, mask = _BITS, _MASK
 
     def method(self: "Value", other: Any) -> "Value":
         t = type(other)
         if t is float or t is int:
-            seg = _seg
             try:
-                h = make_rk(seg.sid, other, self._h)
+                h = make_rk(other, self._h)
             except OverflowError:
                 return _other_operand(self, other, make, make_rk, True)
             if h >= 0:
                 out = _new(Value)
                 out._h = h
-                out._s = seg
+                _lists[h >> bits][h & mask] = out
                 return out
-            return _finish(h, seg, make_rk, (other, self._h), (self,))
+            return _attend(h, (self,))
         return _other_operand(self, other, make, make_rk, True)
 
     method.__doc__ = doc
@@ -305,16 +238,16 @@ def _binary_swapped(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
 
 def _unary(op: _ops.Op, doc: str) -> Callable[["Value"], "Value"]:
     make = getattr(lib, "pg_unary_" + op.key.upper())
+    bits, mask = _BITS, _MASK
 
     def method(self: "Value") -> "Value":
-        seg = _seg
-        h = make(seg.sid, self._h)
+        h = make(self._h)
         if h >= 0:
             out = _new(Value)
             out._h = h
-            out._s = seg
+            _lists[h >> bits][h & mask] = out
             return out
-        return _finish(h, seg, make, (self._h,), (self,))
+        return _attend(h, (self,))
 
     method.__doc__ = doc
     return method
@@ -323,13 +256,42 @@ def _unary(op: _ops.Op, doc: str) -> Callable[["Value"], "Value"]:
 def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], name: str,
              doc: str) -> Any:
     """A float field of the C node, readable and writable."""
-    def fget(self: "Value") -> float:
-        return get(self._h)
+    def fget(self: "Value", _get: Callable[[int], float] = get) -> float:
+        return _get(self._h)
 
-    def fset(self: "Value", v: Any) -> None:
-        put(self._h, v if type(v) is float else value_data(v, Value, name))
+    def fset(self: "Value", v: Any, _put: Callable[[int, float], None] = put) -> None:
+        t = type(v)
+        if t is float:
+            _put(self._h, v)
+        elif t is int and -9007199254740992 <= v <= 9007199254740992:   # exact as a double
+            _put(self._h, v)
+        else:
+            _put(self._h, value_data(v, Value, name))
 
     return property(fget, fset, doc=doc)
+
+
+# What _describe says of a node, and the op names of the table (None where
+# the name depends on the node).
+_D_OP = 0xFF
+_D_PY_BACKWARD = lib.PG_F_PY_BACKWARD << 8
+_D_EXTRA = 1 << 16
+_describe = lib.pg_describe
+_node_backward = lib.pg_node_backward
+_OP_NAMES: Tuple[Optional[str], ...] = tuple(
+    None if op.code in (lib.PG_OP_POWK, lib.PG_OP_LINEAR, lib.PG_OP_CUSTOM, lib.PG_OP_FUNCTION)
+    else op.name for op in _ops.OPS)
+
+
+def _op_name(h: int, op: int) -> str:
+    """The name of node h's op where it depends on the node."""
+    if op == lib.PG_OP_POWK:
+        k = lib.pg_exponent(h)
+        return f"**{int(k)}" if lib.pg_flags(h) & lib.PG_F_INT_EXPONENT else f"**{k!r}"
+    if op == lib.PG_OP_LINEAR:
+        act = lib.pg_variant(h) & lib.PG_ACT_MASK
+        return ("linear", "linear+ReLU", "linear+tanh", "linear+sigmoid")[act]
+    return ""
 
 
 from typing import TYPE_CHECKING  # noqa: E402  (beside its one use)
@@ -350,14 +312,15 @@ class Value(_ValueBase):
     micrograd's Value.
     """
 
-    __slots__ = ("_h", "_s", "_kids", "__dict__", "__weakref__")
+    __slots__ = ("_h", "_s", "_hold", "_kids", "__dict__", "__weakref__")
 
     def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
                  label: str = "") -> None:
-        if not _children and _op == "" and label == "":      # a leaf: the common case
-            h, self._s = _new_leaf(data if type(data) is float else value_data(data, Value))
-            self._h = h
-            registry.add(self)
+        if not _children and _op == "":      # a leaf: the common case
+            h = self._h = _new_leaf(data)
+            _lists[h >> _BITS][h & _MASK] = self
+            if label:
+                self.label = label
             return
         x = value_data(data, Value)
         kids = tuple(_children)
@@ -367,21 +330,13 @@ class Value(_ValueBase):
                                 f"{type(c).__module__}.{type(c).__qualname__}")
         if not isinstance(_op, str) or not isinstance(label, str):
             raise TypeError("Value _op and label must be str")
-        seg = _seg
-        if kids or _op:
-            # Made in Python: held like a micrograd Value, its children too.
-            args = (x, ffi.new("uint32_t[]", [c._h for c in kids]), len(kids))
-            rc, _ = _retry(lib.pg_custom(seg.sid, *args), seg, lib.pg_custom, args)
-            if rc > _HELD:
-                _lifetime._check(rc, "a Value")
-            h = _HELD - rc
-            self._s = _lifetime.hold(h)
-            self._kids = kids
-        else:
-            h, self._s = _new_leaf(x)
-            self._h = h
-            registry.add(self)
-        self._h = h
+        # Made in Python: held like a micrograd Value, its children too.
+        rc = lib.pg_custom(x, ffi.new("uint32_t[]", [c._h for c in kids]), len(kids))
+        if rc > _HELD:
+            _check(rc, "a Value")
+        h = self._h = _HELD - rc
+        self._hold = kids
+        _lists[h >> _BITS][h & _MASK] = self
         if label or _op:
             extra = extras.get_or_create(h)
             extra.label = label
@@ -399,24 +354,14 @@ class Value(_ValueBase):
     def _op(self) -> str:
         """The op's name, for drawing (``'+'``, ``'*'``, ``'**2'``, ...):
         micrograd's, or what was set."""
-        global _op_names
         h = self._h
-        extra = extras.get(h)
-        if extra is not None and extra.op is not None:
-            return extra.op
-        op = lib.pg_op(h)
-        if op == lib.PG_OP_POWK:
-            k = lib.pg_exponent(h)
-            return f"**{int(k)}" if lib.pg_flags(h) & lib.PG_F_INT_EXPONENT else f"**{k!r}"
-        if op == lib.PG_OP_CUSTOM or op == lib.PG_OP_FUNCTION:
-            return ""
-        if op == lib.PG_OP_LINEAR:
-            act = lib.pg_variant(h) & lib.PG_ACT_MASK
-            return ("linear", "linear+ReLU", "linear+tanh", "linear+sigmoid")[act]
-        if not _op_names:
-            _op_names = tuple(ffi.string(lib.pg_op_name(i)).decode()
-                              for i in range(lib.PG_OP_COUNT))
-        return _op_names[op]
+        d = _describe(h)
+        if d & _D_EXTRA:
+            extra = extras.get(h)
+            if extra is not None and extra.op is not None:
+                return extra.op
+        name = _OP_NAMES[d & _D_OP]
+        return name if name is not None else _op_name(h, d & _D_OP)
 
     @_op.setter
     def _op(self, name: str) -> None:
@@ -428,17 +373,20 @@ class Value(_ValueBase):
 
     @property
     def _prev(self) -> Set["Value"]:
-        """The children, as micrograd's set of Values: the very Values that
-        exist for them (yours, while you hold them)."""
-        h = self._h
-        n = lib.pg_nkids(h)
-        if not n:
-            return set()
+        """The children, as micrograd's set of Values: the Values that exist
+        for them (yours, while you hold them), the same set on every read."""
         try:
-            held = {v._h: v for v in self._kids}
+            return self._kids
         except AttributeError:
-            held = {}
-        return {held.get(k) or _value_of(k) for k in [lib.pg_kid(h, i) for i in range(n)]}
+            pass
+        h = self._h
+        buf = ffi.new("uint32_t[2]")
+        n = lib.pg_kids(h, buf, 2)
+        if n > 2:
+            buf = ffi.new("uint32_t[]", n)
+            lib.pg_kids(h, buf, n)
+        kids = self._kids = set(_lifetime.values_of(buf, n, Value))
+        return kids
 
     @_prev.setter
     def _prev(self, children: Any) -> None:
@@ -448,9 +396,13 @@ class Value(_ValueBase):
 
     @property
     def label(self) -> str:
-        """A name for drawing; shared by every Value of the same node."""
-        extra = extras.get(self._h)
-        return extra.label if extra is not None else ""
+        """A name for drawing; it belongs to the node."""
+        h = self._h
+        if _describe(h) & _D_EXTRA:
+            extra = extras.get(h)
+            if extra is not None:
+                return extra.label
+        return ""
 
     @label.setter
     def label(self, text: str) -> None:
@@ -461,11 +413,10 @@ class Value(_ValueBase):
     @property
     def _backward(self) -> Callable[[], None]:
         """Push this node's grad into its children's grads (only them)."""
-        fn = self.__dict__.get("_backward")
-        if fn is not None:
-            return fn
         h = self._h
-        return lambda: lib.pg_node_backward(h)
+        if _describe(h) & _D_PY_BACKWARD:
+            return self.__dict__["_backward"]     # type: ignore[no-any-return]
+        return functools.partial(_node_backward, h)
 
     @_backward.setter
     def _backward(self, fn: Callable[[], None]) -> None:
@@ -474,36 +425,17 @@ class Value(_ValueBase):
         if not callable(fn):
             raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
         self.__dict__["_backward"] = fn
-        try:
-            self._kids
-        except AttributeError:
-            kids = tuple(self._prev)
-            self._kids = kids
-            self._s = _lifetime.hold(self._h)
-        lib.pg_set_py_backward(self._h)
+        _check(lib.pg_set_py_backward(self._h), "a custom op")
 
     def backward(self) -> None:
         """Backpropagate from this node: its grad is set to 1, every node
-        below it accumulates (``+=``) its gradient, as micrograd does."""
-        _end_segment()
+        below it accumulates (``+=``) its gradient, as micrograd does.  If it
+        fails (a closure raises, Ctrl-C, no memory), every grad is left as
+        it was."""
         h = self._h
         rc = lib.pg_backward(h, ffi.NULL)
         if rc == lib.PG_E_SWEEP:
-            # Python closures to run: C records the order into a sweep that
-            # C frees (ffi.gc), however this loop ends.
-            sweep = ffi.gc(ffi.new("pg_sweep *"), lib.pg_sweep_clear)
-            rc = lib.pg_backward(h, sweep)
-            closures = None
-            while rc > 0:
-                if closures is None:
-                    closures = _closures_below(self)
-                fn = closures.get(rc - 1)
-                if fn is None:
-                    raise RuntimeError("pygrad: a custom op's _backward is gone: set _backward "
-                                       "before the Value is used in another op, as "
-                                       "micrograd's ops do")
-                fn()
-                rc = lib.pg_backward_resume(sweep)
+            rc = _record_backward(h)
         if rc == lib.PG_E_NOMEM:
             raise MemoryError("pygrad: out of memory in backward()")
         if rc < 0:
@@ -529,17 +461,16 @@ class Value(_ValueBase):
             if k is None:
                 return _not_a_number(other)
             make = _powk_int if isinstance(other, numbers.Integral) else _powk_float
-        seg = _seg
         try:
-            h = make(seg.sid, self._h, k)
+            h = make(self._h, k)
         except OverflowError:
             return _not_a_number(real_or_none(k))   # an int too large: ValueError
         if h >= 0:
             out = _new(Value)
             out._h = h
-            out._s = seg
+            _lists[h >> _BITS][h & _MASK] = out
             return out
-        return _finish(h, seg, make, (self._h, k), (self,))
+        return _attend(h, (self,))
 
     def __repr__(self) -> str:
         return f"Value(data={self.data}, grad={self.grad})"
@@ -554,6 +485,28 @@ class Value(_ValueBase):
         """deepcopy and pickle: a new leaf with the same data, grad, label and
         attributes (a graph node's children stay behind)."""
         return _leaf, (type(self), self.data, self.grad, self.label), _state(self) or None
+
+
+def _record_backward(h: int) -> int:
+    """backward() when a Python closure may lie below h: C records the
+    order and saves the grads, then runs the rules, handing each closure to
+    Python; whatever stops it, the saved grads are put back."""
+    sweep = ffi.gc(ffi.new("pg_sweep *"), lib.pg_sweep_clear)
+    try:
+        rc = lib.pg_backward(h, sweep)
+        while rc > 0:
+            with _lifetime.lock():
+                v = _lifetime.existing_value(rc - 1)
+            fn = v.__dict__.get("_backward") if v is not None else None
+            if fn is None:
+                raise RuntimeError("pygrad: a custom op's _backward is gone: set _backward "
+                                   "before the Value is used in another op, as micrograd's "
+                                   "ops do")
+            fn()
+            rc = lib.pg_backward_resume(sweep)
+        return rc
+    finally:
+        lib.pg_sweep_restore(sweep)        # nothing, once the sweep has run to its end
 
 
 def _add_op_methods(cls: type) -> None:
@@ -592,40 +545,3 @@ def _leaf(cls: "type[Value]", data: float, grad: float, label: str, state: Any =
     if state:
         v.__dict__.update(state)
     return v
-
-
-def _value_of(h: int) -> Value:
-    """The Value of live node h: the one that exists, else a new one."""
-    v = registry.get(h)
-    if v is None:
-        seg = registry.segment(h >> _SEG_BITS)
-        if seg is not None and not seg.found:
-            _lifetime.find_values(seg, Value, _close)
-            v = registry.get(h)
-        if v is None:
-            v = _new(Value)
-            v._h = h
-            v._s = _lifetime.hold(h)
-            registry.add(v)
-    return v
-
-
-def _closures_below(root: Value) -> "dict[int, Callable[[], None]]":
-    """Handle -> Python closure of the custom ops below ``root``.  Every node
-    above a custom op holds its children's Values (``_kids``), so walking
-    ``_kids`` from the root meets every closure backward() can reach."""
-    found: "dict[int, Callable[[], None]]" = {}
-    seen = set()
-    stack = [root]
-    while stack:
-        v = stack.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        if lib.pg_flags(v._h) & lib.PG_F_PY_BACKWARD:     # don't make empty __dict__s
-            found[v._h] = v.__dict__["_backward"]
-        try:
-            stack.extend(v._kids)
-        except AttributeError:
-            pass
-    return found

@@ -26,6 +26,7 @@ layer by layer.
 import itertools
 import operator
 import random
+import weakref
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -97,6 +98,11 @@ def _watch(lst: Any, items: Sequence[Any], watched: List[Tuple[list, tuple]]) ->
         watched.append((lst, tuple(items)))
 
 
+# Module -> (its parameters list, their backend, packed), for _bulk.  Beside
+# the model, not in it, so pickles and copies never carry it.
+_bulk_cache: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
+
+
 class Module:
     """Base class: ``parameters()`` and ``zero_grad()``, plus bulk numpy
     access and state dicts."""
@@ -106,10 +112,23 @@ class Module:
 
     def _bulk(self) -> Tuple[Backend, Any]:
         """The parameters' backend and their packed list, for its bulk
-        operations (one C call each on the C engine)."""
+        operations (one C call each on the C engine).  Kept while
+        ``parameters()`` returns the same objects: comparing the lists is
+        a C loop over identities, packing them is not."""
         params = self.parameters()
+        try:
+            cached = _bulk_cache.get(self)
+        except TypeError:            # a Module that can't be weakly referenced
+            cached = None
+        if cached is not None and cached[0] == params:
+            return cached[1], cached[2]
         backend = backend_of(params, allow_mixed=True)
-        return backend, backend.pack(params)
+        packed = backend.pack(params)
+        try:
+            _bulk_cache[self] = (params, backend, packed)
+        except TypeError:
+            pass
+        return backend, packed
 
     def zero_grad(self) -> None:
         """Set every parameter's grad to 0 (one C call on the C engine)."""
@@ -314,7 +333,6 @@ class MLP(Module):
         self.layers = _Tracked([Layer(sz[i], sz[i + 1], nonlin=i != len(nouts) - 1,
                                       fused=fused, engine=engine)
                                 for i in range(len(nouts))])
-        backend_named(engine).parameters_made()
 
     def __call__(self, x: Sequence[Any]) -> Any:
         cache = self._fused

@@ -210,24 +210,34 @@ class Value:
         out._backward = _backward
         return out
 
+    # micrograd makes a - b as a + (b * -1) and a / b as a * b**-1, whose
+    # hidden inner node keeps a grad that a second backward() adds to again;
+    # `hidden` is that grad (csrc/ops.c keeps it in the node).
+
     def _sub(self, other: "Value") -> "Value":
         out = Value(self.data - other.data, (self, other), "-")
+        hidden = -0.0
 
         def _backward() -> None:
+            nonlocal hidden
             g = out.grad
+            hidden += g
             self.grad += g
-            other.grad += -g
+            other.grad += -hidden
         out._backward = _backward
         return out
 
     def _div(self, other: "Value") -> "Value":
         out = Value(_ieee.div(self.data, other.data), (self, other), "/")
+        hidden = -0.0
 
         def _backward() -> None:
+            nonlocal hidden
             g = out.grad
+            hidden += g
             a, b = self.data, other.data
             self.grad += _ieee.div(g, b)
-            other.grad += _ieee.div(-g * a, b * b)
+            other.grad += _ieee.div(-hidden * a, b * b)
         out._backward = _backward
         return out
 

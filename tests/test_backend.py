@@ -233,19 +233,6 @@ def test_only_the_c_engine_fuses_layers():
         C.fused_layer(C.pack(params), params, [1.0, 2.0], 3, 2, False)
 
 
-def test_parameters_made_starts_a_fresh_segment_only_on_the_c_engine():
-    CValue(1.0)
-    seg = engine._seg
-    assert engine.lib.pg_seg_used(seg.sid) > 0
-    REFERENCE.parameters_made()
-    assert engine._seg is seg
-    C.parameters_made()
-    assert engine._seg is not seg and engine.lib.pg_seg_used(engine._seg.sid) == 0
-    # An MLP's parameters end their segment: the next nodes start a new one.
-    model = nn.MLP(2, [3, 1])
-    assert engine.lib.pg_seg_used(engine._seg.sid) == 0
-
-
 def test_modules_bulk_operations_work_empty_and_mixed():
     empty = nn.Module()
     empty.zero_grad()

@@ -83,7 +83,8 @@ from pygrad import nn, optim
 from pygrad.reference import _ieee
 from pygrad import reference as ref
 from pygrad._core import lib
-from pygrad._lifetime import extras, registry
+from pygrad import _lifetime
+from pygrad._lifetime import extras
 
 from helpers import micrograd_style_tanh, same_double, show
 
@@ -327,7 +328,7 @@ def run_c(fn):
         INTERRUPTS.cut = tracer.fired
         note(f"interrupted at {tracer.fired}")
         # A lock left held would hang the next thread that needs it.
-        assert not registry.lock._is_owned() and not extras.lock._is_owned(), (
+        assert not _lifetime.lock().locked() and not extras.lock._is_owned(), (
             f"the KeyboardInterrupt raised at {tracer.fired} left an engine lock held")
         raise Cut(tracer.fired) from None
     finally:
@@ -339,18 +340,23 @@ def run_c(fn):
 
 class no_pygrad_code:
     """Asserts that no pygrad Python code runs in the block (as Values die:
-    their claims are released in C)."""
+    their claims are released in C).  pygrad's own garbage-collection
+    callback (settling before a full collection) is set aside meanwhile: it
+    is no Value's death."""
 
     def __init__(self, what):
         self.what = what
 
     def __enter__(self):
+        self.callbacks = gc.callbacks[:]
+        gc.callbacks[:] = [cb for cb in gc.callbacks if cb is not _lifetime._after_collection]
         self.counter = Interrupter(None, prefixes=(PYGRAD_CODE,))
         self.old = sys.gettrace()
         sys.settrace(self.counter)
 
     def __exit__(self, *exc):
         sys.settrace(self.old)
+        gc.callbacks[:] = self.callbacks
         assert self.counter.events == 0, (
             f"pygrad Python code ran while {self.what}: first at {self.counter.first}")
 
@@ -651,8 +657,8 @@ def check_copy(c, c2, what, shallow):
 class EngineMachine(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
-        pygrad.Value(0.0).backward()        # start a fresh segment
         gc.collect()
+        pygrad.engine.settle()
         self.live_before = lib.pg_live_nodes()
         self.pairs = []                     # [(C Value, reference Value, description)]
         self.layers = []                    # [(C Layer, reference Layer)]

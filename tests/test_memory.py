@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from pygrad import Value
+from pygrad.engine import settle
 from pygrad._core import lib
 from pygrad._lifetime import extras
 
@@ -33,7 +34,7 @@ def build(leaves, n):
 
 def test_a_dropped_graph_is_freed():
     leaves = [Value(random.random()) for _ in range(10)]
-    Value(0.0).backward()          # later nodes start in a fresh segment
+    settle()                       # what earlier tests dropped goes now
     before = live()
     y = build(leaves, 10_000)
     y.backward()
@@ -44,7 +45,7 @@ def test_a_dropped_graph_is_freed():
 
 def test_keeping_one_intermediate_keeps_exactly_its_subgraph():
     leaves = [Value(1.0 + random.random()) for _ in range(10)]
-    Value(0.0).backward()
+    settle()
     before = live()
     y = leaves[0]
     mid = None
@@ -109,7 +110,7 @@ def test_micrograd_style_custom_ops_do_not_leak():
 
 def test_a_kept_leaf_does_not_keep_later_graphs():
     old = Value(2.0)
-    Value(0.0).backward()
+    settle()
     before = live()
     for _ in range(20):
         y = build([old, Value(1.5)], 5_000)
@@ -146,7 +147,7 @@ def test_2000_training_steps_hold_flat_memory(tier):
 def test_a_10_million_node_graph_builds_backprops_and_frees():
     """y <- y * w + c, 5,000,000 times: 10,000,000 C nodes (480 MB)."""
     w, c = Value(0.5), Value(1.0)
-    Value(0.0).backward()
+    settle()
     before = live()
     y = Value(0.0)
     for _ in range(5_000_000):
@@ -196,20 +197,20 @@ def test_dropping_a_chain_of_custom_ops_leaves_the_allocator_usable(n):
     """Found by the fuzzer: the garbage collector finalized a closure's
     holder before a parent's holder narrowed it, which released its segment
     claim twice; the allocator's own segment was then freed under it."""
-    Value(0.0).backward()
+    settle()
     before = live()
     _custom_chain(n)
     y = Value(2.0) * 3.0
     y.backward()
     assert y.data == 6.0
     del y
-    Value(0.0).backward()
+    settle()
     assert live() == before
 
 
 def test_custom_ops_backpropagated_then_extended_are_all_freed():
     """Found by the fuzzer: two nodes stayed pinned forever."""
-    Value(0.0).backward()
+    settle()
     before = live()
 
     def case():
@@ -217,5 +218,5 @@ def test_custom_ops_backpropagated_then_extended_are_all_freed():
         top.backward()
         _custom_chain(1, top)
     case()
-    Value(0.0).backward()
+    settle()
     assert live() == before

@@ -422,14 +422,15 @@ def test_an_mlp_pass_that_fills_its_segment_agrees_with_the_reference(free):
     c = MLP(2, [16, 16, 1])
     random.seed(8)
     r = MLP(2, [16, 16, 1], engine="reference")
+    x = [C(0.5), C(-0.75)]
     one = C(1.0)
     pad = [one * one]
-    pad += [one * one for _ in range(lib.PG_SEG_NODES - lib.pg_seg_used(engine._seg.sid) - free)]
-    assert lib.PG_SEG_NODES - lib.pg_seg_used(engine._seg.sid) == free
-    sid = engine._seg.sid
-    co = c([C(0.5), C(-0.75)])
+    pad += [one * one for _ in range(lib.pg_room_left() - free)]
+    assert lib.pg_room_left() == free
+    sid = pad[-1]._h >> lib.PG_SEG_BITS
+    co = c(x)
     ro = r([R(0.5), R(-0.75)])
-    assert engine._seg.sid != sid
+    assert co._h >> lib.PG_SEG_BITS != sid
     assert co.data == ro.data
     co.backward()
     ro.backward()

@@ -19,16 +19,22 @@ from helpers import assert_same_doubles, square_function
 Square = square_function()
 
 
+_anchors = []
+
+
 def fresh_segment() -> int:
-    """Open a new graph segment (no edge chunk yet: its first n-ary node
-    allocates one) and return its sid."""
+    """Start the calling thread on a new segment (no edge chunk yet: its
+    first n-ary node allocates one) and return its sid."""
     gc.collect()
-    engine._open_segment()
-    return engine._seg.sid
+    lib.pg_close_current()
+    anchor = Value(0.0)                 # the new segment's first node
+    _anchors.append(anchor)
+    return anchor._h >> lib.PG_SEG_BITS
 
 
 def counts(sid: int):
-    return lib.pg_live_nodes(), lib.pg_seg_used(sid)
+    """Live nodes, and the slots left in the thread's segment (sid's)."""
+    return lib.pg_live_nodes(), lib.pg_room_left()
 
 
 # -- each n-ary creator: the edge allocation fails, nothing changes -------------
@@ -92,12 +98,10 @@ def test_failed_edge_allocation_changes_nothing(build):
     finally:
         lib.pg_fail_alloc(0)
     gc.collect()
-    assert engine._seg.sid == sid
     assert counts(sid) == before
     # with memory back, the same build in the same segment gives exact values
     assert_same_doubles(make(), expected, build.__name__)
-    assert engine._seg.sid == sid
-    assert lib.pg_seg_used(sid) > before[1]
+    assert 0 < lib.pg_room_left() < before[1]
 
 
 # -- bad input: refused before anything changes -------------------------------
@@ -106,10 +110,10 @@ def _handles(*hs):
     return ffi.new("uint32_t[]", list(hs))
 
 
-def _mlp(sid, nlayers, acts, params, sizes, x):
+def _mlp(nlayers, acts, params, sizes, x):
     """lib.pg_mlp over Python lists (each layer's parameter handles a list)."""
     arrays = [_handles(*p) for p in params]
-    return lib.pg_mlp(sid, nlayers, ffi.new("int[]", acts or [0]),
+    return lib.pg_mlp(nlayers, ffi.new("int[]", acts or [0]),
                       ffi.new("uint32_t *[]", arrays or [ffi.NULL]),
                       ffi.new("uint32_t[]", sizes), _handles(*x))
 
@@ -119,87 +123,75 @@ def test_every_creator_refuses_bad_input_without_changes():
     a, b = Value(0.5), Value(2.0)
     keep = a * b                         # a graph node in this segment
     bad = 0                              # handle 0 is no node
-    dead_sid = 0
     good = keep._h
     before = counts(sid)
     E = lib.PG_E_ARG
     cases = {
-        "unary op": lib.pg_unary(sid, lib.PG_OP_ADD, good),
-        "unary POWK": lib.pg_unary(sid, lib.PG_OP_POWK, good),
-        "unary kid": lib.pg_unary(sid, lib.PG_OP_EXP, bad),
-        "unary sid": lib.pg_unary(dead_sid, lib.PG_OP_EXP, good),
-        "unary leaf sid": lib.pg_unary(a._h >> lib.PG_SEG_BITS, lib.PG_OP_EXP, good),
-        "binary op": lib.pg_binary(sid, lib.PG_OP_EXP, good, good),
-        "binary op range": lib.pg_binary(sid, lib.PG_OP_COUNT, good, good),
-        "binary 2nd kid": lib.pg_binary(sid, lib.PG_OP_MUL, good, bad),
-        "binary_k op": lib.pg_binary_k(sid, lib.PG_OP_SUM, good, 1.0, 0),
-        "binary_k kid": lib.pg_binary_k(sid, lib.PG_OP_MUL, bad, 1.0, 1),
-        "powk kid": lib.pg_powk(sid, bad, 2.0, 1),
-        "entry binary": lib.pg_binary_MUL(sid, good, bad),
-        "entry binary_k": lib.pg_binary_k_SUB(sid, bad, 1.0),
-        "entry binary_rk": lib.pg_binary_rk_DIV(sid, 1.0, bad),
-        "entry unary": lib.pg_unary_TANH(sid, bad),
-        "entry powk": lib.pg_powk_float(dead_sid, good, 0.5),
-        "custom last kid": lib.pg_custom(sid, 1.0, _handles(good, good, bad), 3),
-        "nary op": lib.pg_nary(sid, lib.PG_OP_MUL, 0, _handles(good, good), 2),
-        "nary FUNCTION": lib.pg_nary(sid, lib.PG_OP_FUNCTION, 0, _handles(good), 1),
-        "nary empty": lib.pg_nary(sid, lib.PG_OP_SUM, 0, _handles(good), 0),
-        "nary variant": lib.pg_nary(sid, lib.PG_OP_SUM, 1, _handles(good), 1),
-        "nary linear odd": lib.pg_nary(sid, lib.PG_OP_LINEAR, 0, _handles(good), 1),
-        "nary last kid": lib.pg_nary(sid, lib.PG_OP_SUM, 0, _handles(good, good, bad), 3),
-        "layer act": lib.pg_linear_layer(sid, 9, _handles(good, good), _handles(good), 1, 1,
-                                         ffi.new("uint32_t[]", 1)),
-        "layer nout": lib.pg_linear_layer(sid, 0, _handles(good), _handles(), 0, 0,
-                                          ffi.new("uint32_t[]", 1)),
-        "layer x": lib.pg_linear_layer(sid, 0, _handles(good, good), _handles(bad), 1, 1,
-                                       ffi.new("uint32_t[]", 1)),
-        "layer last param": lib.pg_linear_layer(sid, 1, _handles(good, good, good, bad),
-                                                _handles(good), 1, 2, ffi.new("uint32_t[]", 2)),
-        "mlp layers": _mlp(sid, 0, [0], [[good, good]], [1, 1], [good]),
-        "mlp act": _mlp(sid, 1, [9], [[good, good]], [1, 1], [good]),
-        "mlp width": _mlp(sid, 1, [0], [[good]], [1, 0], [good]),
-        "mlp too many nodes": _mlp(sid, 2, [0, 0], [[good, good] * 4000, [good] * 400100],
+        "unary op": lib.pg_unary(lib.PG_OP_ADD, good),
+        "unary POWK": lib.pg_unary(lib.PG_OP_POWK, good),
+        "unary kid": lib.pg_unary(lib.PG_OP_EXP, bad),
+        "binary op": lib.pg_binary(lib.PG_OP_EXP, good, good),
+        "binary op range": lib.pg_binary(lib.PG_OP_COUNT, good, good),
+        "binary 2nd kid": lib.pg_binary(lib.PG_OP_MUL, good, bad),
+        "binary_k op": lib.pg_binary_k(lib.PG_OP_SUM, good, 1.0, 0),
+        "binary_k kid": lib.pg_binary_k(lib.PG_OP_MUL, bad, 1.0, 1),
+        "powk kid": lib.pg_powk(bad, 2.0, 1),
+        "entry binary": lib.pg_binary_MUL(good, bad),
+        "entry binary_k": lib.pg_binary_k_SUB(bad, 1.0),
+        "entry binary_rk": lib.pg_binary_rk_DIV(1.0, bad),
+        "entry unary": lib.pg_unary_TANH(bad),
+        "entry powk": lib.pg_powk_float(bad, 0.5),
+        "custom last kid": lib.pg_custom(1.0, _handles(good, good, bad), 3),
+        "nary op": lib.pg_nary(lib.PG_OP_MUL, 0, _handles(good, good), 2),
+        "nary FUNCTION": lib.pg_nary(lib.PG_OP_FUNCTION, 0, _handles(good), 1),
+        "nary empty": lib.pg_nary(lib.PG_OP_SUM, 0, _handles(good), 0),
+        "nary variant": lib.pg_nary(lib.PG_OP_SUM, 1, _handles(good), 1),
+        "nary linear odd": lib.pg_nary(lib.PG_OP_LINEAR, 0, _handles(good), 1),
+        "nary last kid": lib.pg_nary(lib.PG_OP_SUM, 0, _handles(good, good, bad), 3),
+        "layer act": lib.pg_linear_layer(9, _handles(good, good), _handles(good), 1, 1),
+        "layer nout": lib.pg_linear_layer(0, _handles(good), _handles(), 0, 0),
+        "layer x": lib.pg_linear_layer(0, _handles(good, good), _handles(bad), 1, 1),
+        "layer last param": lib.pg_linear_layer(1, _handles(good, good, good, bad),
+                                                _handles(good), 1, 2),
+        "mlp layers": _mlp(0, [0], [[good, good]], [1, 1], [good]),
+        "mlp act": _mlp(1, [9], [[good, good]], [1, 1], [good]),
+        "mlp width": _mlp(1, [0], [[good]], [1, 0], [good]),
+        "mlp too many nodes": _mlp(2, [0, 0], [[good, good] * 4000, [good] * 400100],
                                    [1, 4000, 100], [good]),
-        "mlp x": _mlp(sid, 1, [0], [[good, good]], [1, 1], [bad]),
-        "mlp 2nd layer's last param": _mlp(sid, 2, [1, 0], [[good, good] * 2, [good, good, bad]],
+        "mlp x": _mlp(1, [0], [[good, good]], [1, 1], [bad]),
+        "mlp 2nd layer's last param": _mlp(2, [1, 0], [[good, good] * 2, [good, good, bad]],
                                            [1, 2, 1], [good]),
-        "mlp sid": _mlp(dead_sid, 1, [0], [[good, good]], [1, 1], [good]),
-        "segment leaves none": lib.pg_segment_leaves(sid, ffi.new("double[]", 1), 0),
-        "segment leaves sid": lib.pg_segment_leaves(dead_sid, ffi.new("double[]", 1), 1),
-        "segment leaves too many": lib.pg_segment_leaves(
-            sid, ffi.new("double[]", lib.PG_SEG_NODES + 1), lib.PG_SEG_NODES + 1),
-        "function last kid": lib.pg_function(sid, 1.0, _handles(good, bad),
+        "leaves none": lib.pg_leaves(ffi.new("double[]", 1), 0),
+        "leaves too many": lib.pg_leaves(ffi.new("double[]", lib.PG_SEG_NODES + 1),
+                                         lib.PG_SEG_NODES + 1),
+        "function last kid": lib.pg_function(1.0, _handles(good, bad),
                                              ffi.new("double[]", [1.0, 2.0]), 2),
-        "function sid": lib.pg_function(dead_sid, 1.0, _handles(good),
-                                         ffi.new("double[]", [1.0]), 1),
     }
     for what, rc in cases.items():
         assert rc == E, f"{what}: {rc}"
         assert counts(sid) == before, what
     # the segment is still usable, and makes exact values
     assert (keep + 1.0).data == 2.0
-    assert lib.pg_seg_used(sid) == before[1] + 2
+    assert lib.pg_room_left() == before[1] - 2
 
 
-def test_full_segment_is_refused_without_changes():
-    """PG_E_FULL (no room for every slot) is found before anything changes:
-    a layer of 3 outputs does not fit 2 free slots, and takes none."""
-    sid = fresh_segment()
+def test_nodes_that_do_not_fit_go_whole_into_a_new_segment():
+    """A creator whose nodes don't fit the slots left takes none of them:
+    all of them go into a new segment, consecutive, and the old segment
+    keeps its room."""
+    fresh_segment()
     x = Value(0.5)
-    keep = x * 1.0
-    while lib.pg_seg_used(sid) < lib.PG_SEG_NODES - 2:
-        keep = keep * 1.0
-    params = _handles(*([keep._h] * 6))
-    out = ffi.new("uint32_t[]", 3)
-    before = counts(sid)
-    assert lib.pg_linear_layer(sid, 0, params, _handles(keep._h), 1, 3, out) == lib.PG_E_FULL
-    assert _mlp(sid, 2, [0, 0], [[keep._h] * 4, [keep._h] * 3], [1, 2, 1],
-                [keep._h]) == lib.PG_E_FULL
-    assert lib.pg_segment_leaves(sid, ffi.new("double[]", 3), 3) == lib.PG_E_FULL
-    assert lib.pg_binary_k_MUL(sid, keep._h, 2.0) >= 0      # 2 slots: leaf + node fit
-    assert lib.pg_binary_k_MUL(sid, keep._h, 2.0) == lib.PG_E_FULL
-    assert lib.pg_live_nodes() == before[0] + 2
-    assert lib.pg_seg_used(sid) == lib.PG_SEG_NODES
+    keep = [x * 1.0]
+    while lib.pg_room_left() > 2:
+        keep.append(keep[-1] * 1.0)
+    old = keep[-1]._h >> lib.PG_SEG_BITS
+    layer = nn.Layer(1, 3, nonlin=False)
+    out = layer([keep[-1]])
+    sids = {v._h >> lib.PG_SEG_BITS for v in out}
+    assert len(sids) == 1 and old not in sids
+    assert [v._h for v in out] == list(range(out[0]._h, out[0]._h + 3))
+    ref = [n.b.data + n.w[0].data * keep[-1].data for n in layer.neurons]
+    assert [v.data for v in out] == ref
 
 
 # -- per-op entry points --------------------------------------------------------
@@ -309,10 +301,9 @@ def test_number_operands_of_every_kind():
 def test_an_mlp_over_a_python_held_node_is_refused_without_changes():
     """pg_mlp refuses Python-held inputs (PG_E_HELD: the caller builds layer
     by layer, so that each output's Value holds its inputs')."""
-    sid = fresh_segment()
     a = Value(0.5)
     held = Value(1.0, (a,), "mine")
     w = Value(0.25)
-    before = counts(sid)
-    assert _mlp(sid, 1, [0], [[w._h, w._h]], [1, 1], [held._h]) == lib.PG_E_HELD
-    assert counts(sid) == before
+    before = counts(0)
+    assert _mlp(1, [0], [[w._h, w._h]], [1, 1], [held._h]) == lib.PG_E_HELD
+    assert counts(0) == before

@@ -1,0 +1,219 @@
+"""The drop-in paths: micrograd code around the ops, pygrad beside micrograd.
+
+    python benchmarks/bench_dropin.py            # every path, ~1 minute on 2 cores
+    python benchmarks/bench_dropin.py --quick    # fewer repeats
+    python benchmarks/bench_dropin.py --heap     # also: each path with 2M small objects alive
+
+Each path is written as micrograd users write it, and run on
+``pygrad.Value`` and on ``micrograd.engine.Value`` (micrograd 0.1.0, needed:
+``pip install micrograd``) in this one process, alternating, each timing
+the median of several repeats.  The table gives pygrad's time over
+micrograd's (lower is better) and the target of issue 24.
+
+With ``--heap``, the table gains a column: the same pygrad paths while 2M
+small Python objects are alive (as in a notebook holding a dataset), over
+pygrad's own small-heap time: nothing may grow with the heap.
+"""
+import argparse
+import gc
+import random
+import statistics
+import sys
+import time
+from typing import Any, Callable, Dict, List, Tuple
+
+import pygrad
+import pygrad.nn
+
+try:
+    import micrograd.engine
+    import micrograd.nn
+except ImportError:           # pragma: no cover - the table needs micrograd
+    sys.exit("bench_dropin.py compares with micrograd: pip install micrograd==0.1.0")
+
+ENGINES = {"pygrad": (pygrad.Value, pygrad.nn), "micrograd": (micrograd.engine.Value, micrograd.nn)}
+
+
+def graph(V: Any, n: int) -> Any:
+    """A DAG of about 4n nodes, as a model's loss would be."""
+    a, b = V(0.5), V(-1.5)
+    x = a
+    for i in range(n):
+        x = (x * b + a).relu() + (x if i % 3 else a) * 0.5
+    return x
+
+
+def walk(root: Any) -> List[Any]:
+    """A graph walk by identity, as drawing helpers do (draw_dot's trace)."""
+    seen, out, stack = set(), [], [root]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        out.append(v)
+        stack.extend(v._prev)
+    return out
+
+
+def lecture_backward(root: Any) -> None:
+    """The lecture's backward by hand: topological order, then _backward()."""
+    topo, visited = [], set()
+    stack = [(root, False)]
+    while stack:
+        v, done = stack.pop()
+        if done:
+            topo.append(v)
+        elif v not in visited:
+            visited.add(v)
+            stack.append((v, True))
+            stack.extend((c, False) for c in v._prev)
+    root.grad = 1.0
+    for v in reversed(topo):
+        v._backward()
+
+
+def custom_tanh(V: Any, x: Any) -> Any:
+    """A custom op the micrograd way: a Value with children and a closure."""
+    import math
+    t = math.tanh(x.data)
+    out = V(t, (x,), "tanh")
+
+    def _backward() -> None:
+        x.grad += (1 - t ** 2) * out.grad
+    out._backward = _backward
+    return out
+
+
+def paths(V: Any, nn: Any) -> Dict[str, Tuple[Callable[[], Any], int]]:
+    """name -> (a callable doing the path, how many units it does)."""
+    n = 500
+    prepared: Dict[str, Any] = {}
+
+    def first_walk() -> None:
+        walk(prepared["fresh"])
+
+    def setup_first() -> None:
+        prepared["fresh"] = graph(V, n)
+
+    kept = graph(V, n)
+    walk(kept)
+    units = len(walk(kept))
+    values = [V(random.random()) for _ in range(2000)]
+    for v in values:
+        v.label = "p"
+    model = nn.MLP(2, [16, 16, 1])
+    params = model.parameters()
+
+    def reads() -> float:
+        s = 0.0
+        for v in values:
+            s += v.data
+            s += v.grad
+            v._op
+            v.label
+        return s
+
+    def update() -> None:
+        for p in params:
+            p.data += -0.01 * p.grad
+            p.grad = 0
+
+    def custom() -> None:
+        x = V(0.3)
+        y = x
+        for _ in range(100):
+            y = custom_tanh(V, y)
+        y.backward()
+
+    def above_custom() -> None:
+        x = custom_tanh(V, V(0.3))
+        y = x
+        for _ in range(200):
+            y = y * 1.01
+    return {
+        "repeat _prev walk (per node)": (lambda: walk(kept), units),
+        "first _prev walk (per node)": (first_walk, units, setup_first),  # type: ignore[dict-item]
+        "lecture-style manual backward (per node)": (lambda: lecture_backward(graph(V, n)), units),
+        "v.data / v.grad / v._op / v.label reads (per Value)": (reads, len(values)),
+        "update loop p.data += -lr*p.grad; p.grad = 0 (per parameter)": (update, len(params)),
+        "custom op, build + backward (per op)": (custom, 100),
+        "an op above a custom op (per op)": (above_custom, 200),
+        "Value(x) (per Value)": (lambda: [V(1.5) for _ in range(2000)], 2000),
+        "model.zero_grad() (per call)": (model.zero_grad, 1),
+    }
+
+
+TARGETS = {
+    "repeat _prev walk (per node)": 2.0,
+    "first _prev walk (per node)": 4.0,
+    "lecture-style manual backward (per node)": 3.0,
+    "v.data / v.grad / v._op / v.label reads (per Value)": 5.0,
+    "update loop p.data += -lr*p.grad; p.grad = 0 (per parameter)": 5.0,
+    "custom op, build + backward (per op)": 1.5,
+    "an op above a custom op (per op)": None,
+    "Value(x) (per Value)": 1.5,
+    "model.zero_grad() (per call)": 1.0,
+}
+
+
+def time_path(entry: Any, repeats: int) -> float:
+    """Median seconds per unit over repeats (each at least ~20 ms)."""
+    fn, units = entry[0], entry[1]
+    setup = entry[2] if len(entry) > 2 else None
+    times = []
+    for _ in range(repeats):
+        loops, total = 0, 0.0
+        while total < 0.02:
+            if setup is not None:
+                setup()
+            t = time.perf_counter()
+            fn()
+            total += time.perf_counter() - t
+            loops += 1
+        times.append(total / loops / units)
+    return statistics.median(times)
+
+
+def measure(repeats: int) -> Dict[str, Dict[str, float]]:
+    random.seed(0)
+    built = {name: paths(*ENGINES[name]) for name in ENGINES}
+    out: Dict[str, Dict[str, float]] = {name: {} for name in ENGINES}
+    for path in TARGETS:
+        for _ in range(2):          # alternate, so drift hits both engines alike
+            for name in ENGINES:
+                t = time_path(built[name][path], max(1, repeats // 2))
+                out[name][path] = min(out[name].get(path, t), t)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repeats")
+    ap.add_argument("--heap", action="store_true", help="also with 2M small objects alive")
+    args = ap.parse_args()
+    repeats = 3 if args.quick else 7
+    small = measure(repeats)
+    big = None
+    if args.heap:
+        junk = [[i] for i in range(2_000_000)]      # noqa: F841  (held on purpose)
+        gc.collect()
+        big = measure(repeats)
+    head = "| path | pygrad | micrograd | pygrad / micrograd | target |"
+    if big:
+        head += " pygrad, 2M objects alive / small heap |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for path, target in TARGETS.items():
+        p, m = small["pygrad"][path], small["micrograd"][path]
+        row = (f"| {path} | {p * 1e9:,.0f} ns | {m * 1e9:,.0f} ns | {p / m:.2f}x | "
+               f"{'at most %.1fx' % target if target else 'as elsewhere'} |")
+        if big:
+            row += f" {big['pygrad'][path] / p:.2f}x |"
+        print(row)
+    print(f"\npython {sys.version.split()[0]}, pygrad {pygrad.__version__}, "
+          f"median of {repeats} repeats per engine, alternating")
+
+
+if __name__ == "__main__":
+    main()
