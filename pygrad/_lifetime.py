@@ -86,8 +86,10 @@ class Lists(dict):
 lists = Lists()
 registry: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 # Guards the lists against a lookup and a settle at once (another thread's,
-# or a garbage collection's); settles never wait for it.
-_lock = threading.Lock()
+# or a garbage collection's).  Taken only by `with` (an interrupt can't
+# leave it held); re-entrant, because a collection may start while this
+# thread settles: every step of a settle may safely run twice.
+_lock = threading.RLock()
 
 
 def _dead_count() -> int:
@@ -138,18 +140,15 @@ def _settle_closed() -> None:
                         if v is not None:
                             registry[v._h] = v      # registered, then claimed:
                             v._s = hold(v._h)       # the list still holds it
-                del lists[sid]
+                lists.pop(sid, None)
                 vals = None
             lib.pg_settle(sid)
 
 
 def settle_closed() -> None:
-    """Settle the closed segments, unless a settle is already under way."""
-    if _lock.acquire(False):
-        try:
-            _settle_closed()
-        finally:
-            _lock.release()
+    """Settle the closed segments."""
+    with _lock:
+        _settle_closed()
 
 
 def _settle_open() -> None:
@@ -185,15 +184,11 @@ def _after_collection(phase: str, info: dict) -> None:
     # Before a full collection, every Value still in a list takes a claim
     # and leaves it: then the collection sees what the user really holds,
     # and frees whole micrograd-style graphs, closure cycles and all, at
-    # once (micrograd's own graphs go then too).  Never waits: a settle
-    # under way makes this one needless.
-    if phase != "start" or info.get("generation") != 2 or not _lock.acquire(False):
-        return
-    try:
-        _settle_closed()
-        _settle_open()
-    finally:
-        _lock.release()
+    # once (micrograd's own graphs go then too).
+    if phase == "start" and info.get("generation") == 2 and _lock is not None:
+        with _lock:
+            _settle_closed()
+            _settle_open()
 
 
 gc.callbacks.append(_after_collection)
@@ -308,7 +303,7 @@ extras = ExtraTable()
 def _after_fork_in_child() -> None:
     # Locks held by other threads at fork() stay locked in the child.
     global _lock
-    _lock = threading.Lock()
+    _lock = threading.RLock()
     extras.lock = threading.RLock()
 
 

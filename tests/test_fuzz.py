@@ -328,7 +328,7 @@ def run_c(fn):
         INTERRUPTS.cut = tracer.fired
         note(f"interrupted at {tracer.fired}")
         # A lock left held would hang the next thread that needs it.
-        assert not _lifetime.lock().locked() and not extras.lock._is_owned(), (
+        assert not _lifetime.lock()._is_owned() and not extras.lock._is_owned(), (
             f"the KeyboardInterrupt raised at {tracer.fired} left an engine lock held")
         raise Cut(tracer.fired) from None
     finally:
