@@ -328,6 +328,15 @@ void pg_release(pg_claim *c) {
     pg_unlock();
 }
 
+/* Claims come from here and go back here, through one cffi allocator
+ * (ffi.new_allocator): one Python object a claim, released when it dies. */
+void *pg_claim_alloc(size_t size) { return calloc(1, size); }
+
+void pg_claim_free(void *c) {
+    pg_release((pg_claim *)c);
+    free(c);
+}
+
 int32_t pg_hold(pg_claim *c, uint32_t h) {
     if (c->h != 0) return PG_E_ARG;
     pg_lock();

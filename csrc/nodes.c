@@ -339,9 +339,9 @@ void pg_set_data(uint32_t h, double v) { pg_N(h)->data = v; }
 double pg_grad(uint32_t h) { return pg_N(h)->grad; }
 void pg_set_grad(uint32_t h, double v) { pg_N(h)->grad = v; }
 int pg_op(uint32_t h) { return pg_N(h)->op; }
-int32_t pg_describe(uint32_t h) {
+int64_t pg_describe(uint32_t h) {
     const pg_node *n = pg_N(h);
-    return (int32_t)(n->op | (uint32_t)n->flags << 8 | (n->extra != 0 ? 1u << 16 : 0));
+    return (int64_t)(n->op | (uint32_t)n->flags << 8) | (int64_t)n->extra << 16;
 }
 int pg_flags(uint32_t h) { return pg_N(h)->flags; }
 int pg_variant(uint32_t h) { return pg_N(h)->variant; }

@@ -65,6 +65,10 @@ typedef struct pg_claim {
     uint32_t h;
 } pg_claim;
 void pg_release(pg_claim *c);
+/* The allocator of claims: zeroed memory (NULL when out of it), and its
+ * release then free, for ffi.new_allocator. */
+void *pg_claim_alloc(size_t size);
+void pg_claim_free(void *c);
 /* c holds live node h: 0, or PG_E_ARG. */
 int32_t pg_hold(pg_claim *c, uint32_t h);
 /* Settling: the nodes h[0..n) are no longer held by a Value of theirs. */
@@ -130,8 +134,9 @@ void pg_set_data(uint32_t h, double v);
 double pg_grad(uint32_t h);
 void pg_set_grad(uint32_t h, double v);
 int pg_op(uint32_t h);
-/* op | flags << 8 | (1 << 16 if the node has a Python record), in one call. */
-int32_t pg_describe(uint32_t h);
+/* op | flags << 8 | the index of its Python record << 16, in one call
+ * (node h is live: its Value holds it). */
+int64_t pg_describe(uint32_t h);
 int pg_flags(uint32_t h);
 int pg_variant(uint32_t h);
 double pg_exponent(uint32_t h);

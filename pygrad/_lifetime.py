@@ -44,10 +44,11 @@ _getrefcount = sys.getrefcount
 _new = object.__new__
 
 
-def _claim(_gc: Any = ffi.gc, _new: Any = ffi.new, _release: Any = lib.pg_release) -> Any:
-    """An empty claim, released in C when it dies: made first, filled by one
-    C call after, so that it can never be lost or released twice."""
-    return _gc(_new("pg_claim *"), _release)
+# Claims: allocated zeroed by C and released by C (pg_claim_free) when the
+# Python object dies.  Made empty first, filled by one C call after
+# (pg_hold), so that a claim can never be lost or released twice.
+_new_claim = ffi.new_allocator(lib.pg_claim_alloc, lib.pg_claim_free,
+                               should_clear_after_alloc=False)
 
 
 def check(rc: int, what: str) -> int:
@@ -63,11 +64,14 @@ def check(rc: int, what: str) -> int:
     raise ValueError(f"pygrad: invalid node for {what} (a Value whose node no longer exists)")
 
 
-def hold(h: int) -> Any:
+def hold(h: int, _hold: Any = lib.pg_hold) -> Any:
     """A claim on live node h."""
-    claim = _claim()
-    check(lib.pg_hold(claim, h), "a node claim")
-    return claim
+    try:
+        claim = _new_claim("pg_claim *")
+    except MemoryError:
+        raise MemoryError("pygrad: out of memory for a node claim") from None
+    rc = _hold(claim, h)
+    return claim if rc == 0 else check(rc, "a node claim")
 
 
 class Lists(dict):
@@ -80,11 +84,49 @@ class Lists(dict):
         vals: List[Any] = [None] * lib.PG_SEG_NODES
         self[sid] = vals
         settle_closed()
+        if len(held_fresh) > 4 * lib.PG_SEG_NODES:
+            del held_fresh[:len(held_fresh) // 2]     # settled long since, mostly
         return vals
 
 
+class Registry:
+    """Handle -> claimed Value, by weak reference.  No callbacks (they would
+    run Python code as Values die): dead entries are purged when the table
+    has doubled, and before each full garbage collection."""
+
+    __slots__ = ("refs", "live")
+
+    def __init__(self) -> None:
+        self.refs: "dict[int, weakref.ref[Any]]" = {}
+        self.live = 1024
+
+    def add(self, v: Any, _ref: Any = weakref.ref) -> None:
+        refs = self.refs
+        refs[v._h] = _ref(v)
+        if len(refs) > 2 * self.live:
+            self.purge()
+
+    def get(self, h: int) -> Any:
+        r = self.refs.get(h)
+        return r() if r is not None else None
+
+    def purge(self) -> None:
+        # From a snapshot: an entry goes only if it is still the dead one.
+        refs = self.refs
+        for h, r in refs.copy().items():
+            if r() is None and refs.get(h) is r:
+                del refs[h]
+        self.live = max(1024, len(refs))
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+
 lists = Lists()
-registry: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+registry = Registry()
+# Handles of the Python-held Values stored since the last full collection
+# (they are few: custom ops and what is above them).
+held_fresh: List[int] = []
 # Guards the lists against a lookup and a settle at once (another thread's,
 # or a garbage collection's).  Taken only by `with` (an interrupt can't
 # leave it held); re-entrant, because a collection may start while this
@@ -138,7 +180,7 @@ def _settle_closed() -> None:
                     _sweep(vals)
                     for v in vals:
                         if v is not None:
-                            registry[v._h] = v      # registered, then claimed:
+                            registry.add(v)         # registered, then claimed:
                             v._s = hold(v._h)       # the list still holds it
                 lists.pop(sid, None)
                 vals = None
@@ -151,15 +193,25 @@ def settle_closed() -> None:
         _settle_closed()
 
 
-def _settle_open() -> None:
+def _settle_open(promote: bool) -> None:
     # As a closed segment's, but the list stays for the Values still to
     # come, and a node whose Value is not stored yet (an op under way in
-    # another thread) keeps its fresh mark.
+    # another thread) keeps its fresh mark.  Only Python-held Values (with
+    # promote: before a full collection) trade their place in the list for
+    # a claim: a closure's cycle keeps them from ever looking dead, and in
+    # the list they would keep the whole cycle from the collector.
+    held = held_fresh[:]
+    del held_fresh[:len(held)]
+    by_sid: "dict[int, List[int]]" = {}
+    if promote:
+        for h in held:
+            by_sid.setdefault(h >> SEG_BITS, []).append(h & OFFSET_MASK)
     for sid, vals in list(lists.items()):
         gone = _sweep(vals)
-        for i, v in enumerate(vals):
+        for i in by_sid.get(sid, ()):
+            v = vals[i]
             if v is not None:
-                registry[v._h] = v      # registered, then claimed, then out
+                registry.add(v)     # registered, then claimed, then out
                 v._s = hold(v._h)
                 vals[i] = None
                 gone.append(i)
@@ -177,18 +229,21 @@ def settle() -> None:
     with _lock:
         lib.pg_close_current()
         _settle_closed()
-        _settle_open()
+        _settle_open(promote=True)
 
 
 def _after_collection(phase: str, info: dict) -> None:
-    # Before a full collection, every Value still in a list takes a claim
-    # and leaves it: then the collection sees what the user really holds,
-    # and frees whole micrograd-style graphs, closure cycles and all, at
-    # once (micrograd's own graphs go then too).
-    if phase == "start" and info.get("generation") == 2 and _lock is not None:
+    # Around a full collection.  Before it, Python-held Values leave the
+    # lists for claims, so that the collection sees what the user really
+    # holds and frees whole micrograd-style graphs, closure cycles and all
+    # (micrograd's own graphs go then too); after it, what the collection
+    # let go of (a Value only a freed closure held) goes too.
+    if info.get("generation") == 2 and _lock is not None:
         with _lock:
             _settle_closed()
-            _settle_open()
+            _settle_open(promote=phase == "start")
+            if phase == "stop":
+                registry.purge()
 
 
 gc.callbacks.append(_after_collection)
@@ -218,7 +273,7 @@ def value_of(h: int, value_type: type) -> Any:
             v = _new(value_type)
             v._h = h
             v._s = hold(h)
-            registry[h] = v
+            registry.add(v)
         return v
 
 
@@ -232,7 +287,7 @@ def values_of(handles: Any, n: int, value_type: type) -> List[Any]:
                 v = _new(value_type)
                 v._h = h
                 v._s = hold(h)
-                registry[h] = v
+                registry.add(v)
             out.append(v)
         return out
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Set, Tuple
 from . import _lifetime, _ops
 from ._core import ffi, lib
 from ._lifetime import check as _check
-from ._lifetime import extras, lists as _lists
+from ._lifetime import extras, held_fresh as _held_fresh, lists as _lists
 from ._numbers import real_or_none, value_data
 
 __all__ = ["Value", "settle"]
@@ -44,6 +44,7 @@ def _held(h: int, kids: tuple) -> "Value":
     out._h = h
     out._hold = kids
     _lists[h >> _BITS][h & _MASK] = out
+    _held_fresh.append(h)
     return out
 
 
@@ -79,6 +80,7 @@ def _run(h: int, n: int, kids: Optional[Callable[[int], tuple]] = None) -> "list
         v._h = h + j
         if kids is not None:
             v._hold = kids(j)
+            _held_fresh.append(h + j)
         vals[(h + j) & _MASK] = v
         values.append(v)
     return values
@@ -134,8 +136,12 @@ def _make_function(data: float, kids: Any, partials: Any, n: int, name: str,
     return out
 
 
+_pg_leaf = lib.pg_leaf
+
+
 def _new_leaf(data: Any) -> int:
-    """A new leaf's handle: ``Value(x)``'s C call, for any real x."""
+    """A new leaf's handle (or a PG_E_*): ``Value(x)``'s C call, for any
+    real x but a float."""
     t = type(data)
     if t is float or t is int:
         try:
@@ -144,7 +150,7 @@ def _new_leaf(data: Any) -> int:
             h = lib.pg_leaf(value_data(data, Value))
     else:
         h = lib.pg_leaf(value_data(data, Value))
-    return h if h >= 0 else _check(h, "a leaf")
+    return h
 
 
 def _not_a_number(other: Any) -> Any:
@@ -261,22 +267,24 @@ def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], nam
 
     def fset(self: "Value", v: Any, _put: Callable[[int, float], None] = put) -> None:
         t = type(v)
-        if t is float:
-            _put(self._h, v)
-        elif t is int and -9007199254740992 <= v <= 9007199254740992:   # exact as a double
-            _put(self._h, v)
+        if t is float or t is int and -_EXACT <= v <= _EXACT:
+            _put(self._h, v)      # cffi makes an int a double as float(int) does
         else:
             _put(self._h, value_data(v, Value, name))
 
     return property(fget, fset, doc=doc)
 
 
-# What _describe says of a node, and the op names of the table (None where
-# the name depends on the node).
+_EXACT = 2 ** 53        # ints up to here are doubles exactly (a fast path only)
+
+
+# What _describe says of a node: op, flags, record index (<< 16); and the
+# op names of the table (None where the name depends on the node).
 _D_OP = 0xFF
 _D_PY_BACKWARD = lib.PG_F_PY_BACKWARD << 8
-_D_EXTRA = 1 << 16
 _describe = lib.pg_describe
+_records = extras.items
+_CUSTOM = lib.PG_OP_CUSTOM
 _node_backward = lib.pg_node_backward
 _OP_NAMES: Tuple[Optional[str], ...] = tuple(
     None if op.code in (lib.PG_OP_POWK, lib.PG_OP_LINEAR, lib.PG_OP_CUSTOM, lib.PG_OP_FUNCTION)
@@ -312,12 +320,16 @@ class Value(_ValueBase):
     micrograd's Value.
     """
 
-    __slots__ = ("_h", "_s", "_hold", "_kids", "__dict__", "__weakref__")
+    __slots__ = ("_h", "_s", "_hold", "_kids", "_name", "__dict__", "__weakref__")
 
     def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
                  label: str = "") -> None:
         if not _children and _op == "":      # a leaf: the common case
-            h = self._h = _new_leaf(data)
+            t = type(data)
+            h = _pg_leaf(data) if t is float else _new_leaf(data)
+            if h < 0:
+                _check(h, "a leaf")
+            self._h = h
             _lists[h >> _BITS][h & _MASK] = self
             if label:
                 self.label = label
@@ -336,11 +348,13 @@ class Value(_ValueBase):
             _check(rc, "a Value")
         h = self._h = _HELD - rc
         self._hold = kids
+        # The name of a custom node is its Value's: that Value lives as long
+        # as the node (the Values above hold it, for its closure's sake).
+        self._name = _op
         _lists[h >> _BITS][h & _MASK] = self
-        if label or _op:
-            extra = extras.get_or_create(h)
-            extra.label = label
-            extra.op = _op or None
+        _held_fresh.append(h)
+        if label:
+            self.label = label
 
     # -- numbers ------------------------------------------------------------
 
@@ -356,12 +370,19 @@ class Value(_ValueBase):
         micrograd's, or what was set."""
         h = self._h
         d = _describe(h)
-        if d & _D_EXTRA:
-            extra = extras.get(h)
-            if extra is not None and extra.op is not None:
-                return extra.op
+        if d >> 16:
+            name = _records[d >> 16].op
+            if name is not None:
+                return name
         name = _OP_NAMES[d & _D_OP]
-        return name if name is not None else _op_name(h, d & _D_OP)
+        if name is not None:
+            return name
+        if d & _D_OP == _CUSTOM:
+            try:
+                return self._name
+            except AttributeError:
+                return ""
+        return _op_name(h, d & _D_OP)
 
     @_op.setter
     def _op(self, name: str) -> None:
@@ -397,12 +418,8 @@ class Value(_ValueBase):
     @property
     def label(self) -> str:
         """A name for drawing; it belongs to the node."""
-        h = self._h
-        if _describe(h) & _D_EXTRA:
-            extra = extras.get(h)
-            if extra is not None:
-                return extra.label
-        return ""
+        e = _describe(self._h) >> 16
+        return _records[e].label if e else ""
 
     @label.setter
     def label(self, text: str) -> None:
@@ -495,8 +512,9 @@ def _record_backward(h: int) -> int:
     try:
         rc = lib.pg_backward(h, sweep)
         while rc > 0:
-            with _lifetime.lock():
-                v = _lifetime.existing_value(rc - 1)
+            # No lock: the root's Values hold this one (_hold), so no settle
+            # can drop it; it is in its list, or registered before it left.
+            v = _lifetime.existing_value(rc - 1)
             fn = v.__dict__.get("_backward") if v is not None else None
             if fn is None:
                 raise RuntimeError("pygrad: a custom op's _backward is gone: set _backward "

@@ -324,7 +324,10 @@ def test_building_while_keeping_every_value_is_linear():
         for _ in range(n):
             held.append(held[-1] * 1.0000001)
         return (time.perf_counter() - t) / n
+    # 8x the ops: a cost per op that grew with the Values kept (a scan per
+    # segment, say) would be ~8x; the garbage collector's own passes over
+    # the kept objects (micrograd's too) stay well under 3x.
     small = min(per_op(25_000) for _ in range(3))
     large = min(per_op(200_000) for _ in range(2))
-    assert large < 2.0 * small, (small, large)
+    assert large < 3.0 * small, (small, large)
     assert math.isfinite(small)
