@@ -10,7 +10,7 @@ its state diagram (eight concepts); what Python does in it:
   node's fresh mark is cleared (the node is freed if nothing else holds
   it).  In a closed segment a live Value takes a claim of its own and moves
   to the registry, and the list goes.  Closed segments settle when a new
-  segment's list is made (``Lists.__missing__``); open ones too after every
+  segment's list is made (``new_list``); open ones too after every
   full garbage collection (a ``gc`` callback) and on ``settle()``.
 * **Claims.**  A settled Value holds its node through ``_s``, a claim that
   C releases (``ffi.gc``) when the Value dies: no Python code runs then, so
@@ -74,19 +74,16 @@ def hold(h: int, _hold: Any = lib.pg_hold) -> Any:
     return claim if rc == 0 else check(rc, "a node claim")
 
 
-class Lists(dict):
-    """sid -> the Values made in that segment, by offset (None: no Value)."""
-
-    __slots__ = ()
-
-    def __missing__(self, sid: int) -> List[Any]:
-        # A thread has moved to a new segment, so another one may have closed.
-        vals: List[Any] = [None] * lib.PG_SEG_NODES
-        self[sid] = vals
+def new_list(sid: int) -> List[Any]:
+    """The list of a segment's Values, made as its first Value comes (a
+    thread has moved to a new segment, so another one may have closed)."""
+    vals = lists.get(sid)
+    if vals is None:
+        vals = lists[sid] = [None] * lib.PG_SEG_NODES
         settle_closed()
         if len(held_fresh) > 4 * lib.PG_SEG_NODES:
             del held_fresh[:len(held_fresh) // 2]     # settled long since, mostly
-        return vals
+    return vals
 
 
 class Registry:
@@ -122,7 +119,8 @@ class Registry:
         return len(self.refs)
 
 
-lists = Lists()
+# sid -> the Values made in that segment, by offset (None: no Value).
+lists: "dict[int, List[Any]]" = {}
 registry = Registry()
 # Handles of the Python-held Values stored since the last full collection
 # (they are few: custom ops and what is above them).

@@ -43,7 +43,10 @@ def _held(h: int, kids: tuple) -> "Value":
     out = _new(Value)
     out._h = h
     out._hold = kids
-    _lists[h >> _BITS][h & _MASK] = out
+    try:
+        _lists[h >> _BITS][h & _MASK] = out
+    except KeyError:     # its segment's first Value
+        _lifetime.new_list(h >> _BITS)[h & _MASK] = out
     _held_fresh.append(h)
     return out
 
@@ -66,14 +69,17 @@ def _create(make: Callable[..., int], kids: tuple, *args: Any) -> "Value":
         return _attend(h, kids)
     out = _new(Value)
     out._h = h
-    _lists[h >> _BITS][h & _MASK] = out
+    try:
+        _lists[h >> _BITS][h & _MASK] = out
+    except KeyError:     # its segment's first Value
+        _lifetime.new_list(h >> _BITS)[h & _MASK] = out
     return out
 
 
 def _run(h: int, n: int, kids: Optional[Callable[[int], tuple]] = None) -> "list[Value]":
     """Values for the n consecutive new nodes h, h + 1, ... (one segment);
     with ``kids``, Python-held ones holding ``kids(j)``."""
-    vals = _lists[h >> _BITS]
+    vals = _lifetime.new_list(h >> _BITS)
     values = []
     for j in range(n):
         v = _new(Value)
@@ -194,7 +200,10 @@ def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
             if h >= 0:
                 out = _new(Value)
                 out._h = h
-                _lists[h >> bits][h & mask] = out
+                try:
+                    _lists[h >> bits][h & mask] = out
+                except KeyError:     # its segment's first Value
+                    _lifetime.new_list(h >> bits)[h & mask] = out
                 return out
             return _attend(h, (self, other))
         if t is float or t is int:
@@ -206,7 +215,10 @@ def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
             if h >= 0:
                 out = _new(Value)
                 out._h = h
-                _lists[h >> bits][h & mask] = out
+                try:
+                    _lists[h >> bits][h & mask] = out
+                except KeyError:     # its segment's first Value
+                    _lifetime.new_list(h >> bits)[h & mask] = out
                 return out
             return _attend(h, (self,))
         return _other_operand(self, other, make, make_k, False)
@@ -233,7 +245,10 @@ def _binary_swapped(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
             if h >= 0:
                 out = _new(Value)
                 out._h = h
-                _lists[h >> bits][h & mask] = out
+                try:
+                    _lists[h >> bits][h & mask] = out
+                except KeyError:     # its segment's first Value
+                    _lifetime.new_list(h >> bits)[h & mask] = out
                 return out
             return _attend(h, (self,))
         return _other_operand(self, other, make, make_rk, True)
@@ -251,7 +266,10 @@ def _unary(op: _ops.Op, doc: str) -> Callable[["Value"], "Value"]:
         if h >= 0:
             out = _new(Value)
             out._h = h
-            _lists[h >> bits][h & mask] = out
+            try:
+                _lists[h >> bits][h & mask] = out
+            except KeyError:     # its segment's first Value
+                _lifetime.new_list(h >> bits)[h & mask] = out
             return out
         return _attend(h, (self,))
 
@@ -330,7 +348,10 @@ class Value(_ValueBase):
             if h < 0:
                 _check(h, "a leaf")
             self._h = h
-            _lists[h >> _BITS][h & _MASK] = self
+            try:
+                _lists[h >> _BITS][h & _MASK] = self
+            except KeyError:     # its segment's first Value
+                _lifetime.new_list(h >> _BITS)[h & _MASK] = self
             if label:
                 self.label = label
             return
@@ -351,7 +372,10 @@ class Value(_ValueBase):
         # The name of a custom node is its Value's: that Value lives as long
         # as the node (the Values above hold it, for its closure's sake).
         self._name = _op
-        _lists[h >> _BITS][h & _MASK] = self
+        try:
+            _lists[h >> _BITS][h & _MASK] = self
+        except KeyError:     # its segment's first Value
+            _lifetime.new_list(h >> _BITS)[h & _MASK] = self
         _held_fresh.append(h)
         if label:
             self.label = label
@@ -485,7 +509,10 @@ class Value(_ValueBase):
         if h >= 0:
             out = _new(Value)
             out._h = h
-            _lists[h >> _BITS][h & _MASK] = out
+            try:
+                _lists[h >> _BITS][h & _MASK] = out
+            except KeyError:     # its segment's first Value
+                _lifetime.new_list(h >> _BITS)[h & _MASK] = out
             return out
         return _attend(h, (self,))
 
