@@ -31,6 +31,7 @@ import os
 import sys
 import threading
 import weakref
+from itertools import compress
 from typing import Any, List, Optional
 
 from ._core import ffi, lib
@@ -132,37 +133,32 @@ held_fresh: List[int] = []
 _lock = threading.RLock()
 
 
-def _dead_count() -> int:
-    """The reference count ``_sweep`` sees for a Value only its list holds."""
-    vals = [object()]
-    for i in range(len(vals) - 1, -1, -1):
-        v = vals[i]
-        return _getrefcount(v)
-    raise AssertionError
+# The count map(getrefcount, a list) sees for a Value only the list holds.
+_DEAD = list(map(_getrefcount, [object()]))[0]
 
 
-_DEAD = _dead_count()
-# The count map(getrefcount, list) sees for such a Value.
-_DEAD_MAPPED = list(map(_getrefcount, [object()]))[0]
-
-
-def _sweep(vals: List[Any], dead: int = _DEAD) -> List[int]:
-    """Drop from ``vals`` every Value only it holds; their offsets.  Newest
-    first: a dropped Value lets go of what it held (``_hold``, ``_prev``), so
-    a chain of Values that only hold each other goes in one pass."""
-    gone = []
-    for i in range(len(vals) - 1, -1, -1):
-        v = vals[i]
-        if v is not None and _getrefcount(v) <= dead:
+def _sweep(vals: List[Any]) -> List[int]:
+    """Drop from ``vals`` every Value only it holds; their offsets.  Each
+    pass is C-level iteration; a dropped Value lets go of what it held
+    (``_hold``, ``_prev``), so passes repeat until none goes (a chain of
+    Values that only hold each other takes one pass a link)."""
+    gone: List[int] = []
+    while True:
+        dead = list(compress(range(len(vals)), map(_DEAD.__eq__, list(map(_getrefcount, vals)))))
+        if not dead:
+            return gone
+        for i in dead:
             vals[i] = None
-            gone.append(i)
-    return gone
+        gone += dead
 
 
-def _all_dead(vals: List[Any]) -> bool:
-    """True if no Value in ``vals`` is held by anything but the list (the
-    common case for a closed segment: one C-level pass)."""
-    return list(map(_getrefcount, vals)).count(_DEAD_MAPPED) == len(vals) - vals.count(None)
+def _in_use(vals: List[Any]) -> List[Any]:
+    """The Values in ``vals`` that something besides the list holds, found
+    by C-level iteration (a closed segment's settle: few of its Values are
+    still in use).  A Value held only by another one that is dead counts as
+    in use; it gets a claim, released as soon as that one goes."""
+    counts = list(map(_getrefcount, vals))
+    return list(filter(None, compress(vals, map(_DEAD.__lt__, counts))))
 
 
 def _settle_closed() -> None:
@@ -174,14 +170,11 @@ def _settle_closed() -> None:
         for sid in list(sids[0:n]):
             vals = lists.get(sid)
             if vals is not None:
-                if not _all_dead(vals):
-                    _sweep(vals)
-                    for v in vals:
-                        if v is not None:
-                            registry.add(v)         # registered, then claimed:
-                            v._s = hold(v._h)       # the list still holds it
+                for v in _in_use(vals):
+                    registry.add(v)         # registered, then claimed:
+                    v._s = hold(v._h)       # the list still holds it
                 lists.pop(sid, None)
-                vals = None
+                vals = v = None
             lib.pg_settle(sid)
 
 
