@@ -352,6 +352,13 @@ uint32_t pg_nkids(uint32_t h) {
     return pg_children(pg_N(h), &kids);
 }
 
+int64_t pg_kid_pair(uint32_t h) {
+    const uint32_t *kids;
+    uint32_t n = pg_children(pg_N(h), &kids);
+    if (n > 2) return -(int64_t)n;
+    return (int64_t)n | (n > 0 ? (int64_t)kids[0] << 2 : 0) | (n > 1 ? (int64_t)kids[1] << 32 : 0);
+}
+
 uint32_t pg_kids(uint32_t h, uint32_t *out, uint32_t cap) {
     const uint32_t *kids;
     uint32_t n = pg_children(pg_N(h), &kids);

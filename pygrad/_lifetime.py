@@ -5,16 +5,19 @@ its state diagram (eight concepts); what Python does in it:
   stored in ``lists[sid][offset]`` as it is made: one list store per op, no
   claim or weak reference.  The list is also how ``_prev`` finds the Value
   of a node, so there is one Value per node (``value_of``).
-* **Settling** reads those Values' reference counts, never the heap: a
-  Value that only its list holds is dead, so it leaves the list and its
-  node's fresh mark is cleared (the node is freed if nothing else holds
-  it).  In a closed segment a live Value takes a claim of its own and moves
-  to the registry, and the list goes.  Closed segments settle when a new
-  segment's list is made (``new_list``); open ones too after every
-  full garbage collection (a ``gc`` callback) and on ``settle()``.
+* **Settling** reads those Values' reference counts (C-level scans of the
+  lists), never the heap: a Value that only its list holds is dead, so it
+  leaves the list and its node's fresh mark is cleared (the node is freed
+  if nothing else holds it).  In a closed segment a live Value takes a
+  claim of its own and moves to the registry, and the list goes.  Closed
+  segments settle when a new segment's list is made (``new_list``); open
+  ones too around every full garbage collection (a ``gc`` callback: before
+  it, Python-held Values trade the list for claims so that the collection
+  sees their cycles) and on ``settle()``.
 * **Claims.**  A settled Value holds its node through ``_s``, a claim that
-  C releases (``ffi.gc``) when the Value dies: no Python code runs then, so
-  an interrupt can't cut a release in half.
+  C releases (a cffi allocator's free, ``pg_claim_free``) when the Value
+  dies: no Python code runs then, so an interrupt can't cut a release in
+  half.
 * **Registry.**  Claimed Values by handle, weakly, for ``value_of``.
 * **Python-held nodes.**  A custom op's Value, and every op result above
   one, keeps its operands' Values in ``_hold``, as micrograd's ``_prev``
@@ -268,11 +271,11 @@ def value_of(h: int, value_type: type) -> Any:
         return v
 
 
-def values_of(handles: Any, n: int, value_type: type) -> List[Any]:
-    """``value_of`` for n handles at once (one lock)."""
+def values_of(handles: Any, value_type: type) -> List[Any]:
+    """``value_of`` for several handles at once (one lock)."""
     with _lock:
         out = []
-        for h in handles[0:n]:
+        for h in handles:
             v = existing_value(h)
             if v is None:
                 v = _new(value_type)

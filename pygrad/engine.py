@@ -304,6 +304,7 @@ _describe = lib.pg_describe
 _records = extras.items
 _CUSTOM = lib.PG_OP_CUSTOM
 _node_backward = lib.pg_node_backward
+_kid_pair = lib.pg_kid_pair
 _OP_NAMES: Tuple[Optional[str], ...] = tuple(
     None if op.code in (lib.PG_OP_POWK, lib.PG_OP_LINEAR, lib.PG_OP_CUSTOM, lib.PG_OP_FUNCTION)
     else op.name for op in _ops.OPS)
@@ -425,12 +426,13 @@ class Value(_ValueBase):
         except AttributeError:
             pass
         h = self._h
-        buf = ffi.new("uint32_t[2]")
-        n = lib.pg_kids(h, buf, 2)
-        if n > 2:
-            buf = ffi.new("uint32_t[]", n)
-            lib.pg_kids(h, buf, n)
-        kids = self._kids = set(_lifetime.values_of(buf, n, Value))
+        pair = _kid_pair(h)
+        if pair >= 0:
+            handles: Any = ((pair >> 2) & 0x3FFFFFFF, pair >> 32)[:pair & 3]
+        else:
+            handles = ffi.new("uint32_t[]", -pair)
+            lib.pg_kids(h, handles, -pair)
+        kids = self._kids = set(_lifetime.values_of(handles, Value))
         return kids
 
     @_prev.setter
