@@ -8,7 +8,9 @@ Each path is written as micrograd users write it, and run on
 ``pygrad.Value`` and on ``micrograd.engine.Value`` (micrograd 0.1.0, needed:
 ``pip install micrograd``) in this one process, alternating, each timing
 the median of several repeats.  The table gives pygrad's time over
-micrograd's (lower is better) and the target of issue 24.
+micrograd's (lower is better) and the target of issue 24; for the field
+paths, also the floor: a class whose ``data``/``grad`` are properties
+around one cffi call each, the least a Value with its numbers in C costs.
 
 With ``--heap``, the table gains a column: the same pygrad paths while 2M
 small Python objects are alive (as in a notebook holding a dataset), over
@@ -32,6 +34,65 @@ except ImportError:           # pragma: no cover - the table needs micrograd
     sys.exit("bench_dropin.py compares with micrograd: pip install micrograd==0.1.0")
 
 ENGINES = {"pygrad": (pygrad.Value, pygrad.nn), "micrograd": (micrograd.engine.Value, micrograd.nn)}
+
+
+class FloorValue:
+    """What bounds the field paths: the least a Value whose numbers live in
+    C can do, a property around one cffi call per ``data``/``grad`` access
+    (``_op`` and ``label`` are properties returning a slot)."""
+
+    __slots__ = ("_h",)
+
+    def __init__(self, h: int) -> None:
+        self._h = h
+
+    def _get_data(self, _get: Any = pygrad._core.lib.pg_data) -> float:
+        return _get(self._h)  # type: ignore[no-any-return]
+
+    def _set_data(self, v: float, _put: Any = pygrad._core.lib.pg_set_data) -> None:
+        _put(self._h, v)
+
+    def _get_grad(self, _get: Any = pygrad._core.lib.pg_grad) -> float:
+        return _get(self._h)  # type: ignore[no-any-return]
+
+    def _set_grad(self, v: float, _put: Any = pygrad._core.lib.pg_set_grad) -> None:
+        _put(self._h, v)
+
+    def _name(self) -> str:
+        return ""
+
+    data = property(_get_data, _set_data)
+    grad = property(_get_grad, _set_grad)
+    _op = property(_name)
+    label = property(_name)
+
+
+_keep: List[Any] = []
+
+
+def floor_paths() -> Dict[str, Tuple[Callable[[], Any], int]]:
+    """The field paths on FloorValue, over pygrad's own nodes."""
+    held = [pygrad.Value(random.random()) for _ in range(2000)]
+    values = [FloorValue(v._h) for v in held]
+    params = values[:337]
+
+    def reads() -> float:
+        s = 0.0
+        for v in values:
+            s += v.data
+            s += v.grad
+            v._op
+            v.label
+        return s
+
+    def update() -> None:
+        for p in params:
+            p.data += -0.01 * p.grad
+            p.grad = 0
+    _keep.append(held)                # the Values that hold the floor's nodes
+    return {"v.data / v.grad / v._op / v.label reads (per Value)": (reads, len(values)),
+            "update loop p.data += -lr*p.grad; p.grad = 0 (per parameter)": (update,
+                                                                              len(params))}
 
 
 def graph(V: Any, n: int) -> Any:
@@ -178,12 +239,14 @@ def time_path(entry: Any, repeats: int) -> float:
 def measure(repeats: int) -> Dict[str, Dict[str, float]]:
     random.seed(0)
     built = {name: paths(*ENGINES[name]) for name in ENGINES}
-    out: Dict[str, Dict[str, float]] = {name: {} for name in ENGINES}
+    built["floor"] = floor_paths()     # type: ignore[assignment]
+    out: Dict[str, Dict[str, float]] = {name: {} for name in built}
     for path in TARGETS:
-        for _ in range(2):          # alternate, so drift hits both engines alike
-            for name in ENGINES:
-                t = time_path(built[name][path], max(1, repeats // 2))
-                out[name][path] = min(out[name].get(path, t), t)
+        for _ in range(2):          # alternate, so drift hits every engine alike
+            for name in built:
+                if path in built[name]:
+                    t = time_path(built[name][path], max(1, repeats // 2))
+                    out[name][path] = min(out[name].get(path, t), t)
     return out
 
 
@@ -199,15 +262,17 @@ def main() -> None:
         junk = [[i] for i in range(2_000_000)]      # noqa: F841  (held on purpose)
         gc.collect()
         big = measure(repeats)
-    head = "| path | pygrad | micrograd | pygrad / micrograd | target |"
+    head = "| path | pygrad | micrograd | pygrad / micrograd | target | floor / micrograd |"
     if big:
         head += " pygrad, 2M objects alive / small heap |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for path, target in TARGETS.items():
         p, m = small["pygrad"][path], small["micrograd"][path]
+        f = small["floor"].get(path)
         row = (f"| {path} | {p * 1e9:,.0f} ns | {m * 1e9:,.0f} ns | {p / m:.2f}x | "
-               f"{'at most %.1fx' % target if target else 'as elsewhere'} |")
+               f"{'at most %.1fx' % target if target else 'as elsewhere'} | "
+               f"{'%.2fx' % (f / m) if f else ''} |")
         if big:
             row += f" {big['pygrad'][path] / p:.2f}x |"
         print(row)

@@ -156,6 +156,10 @@ static int32_t make_list(int op, int variant, const uint32_t *kids, uint32_t n, 
     return h;
 }
 
+int32_t pg_custom1(double data, uint32_t kid) {
+    return make_list(PG_OP_CUSTOM, 0, &kid, 1, 1, data, NULL, PG_F_PY_HELD, 0);
+}
+
 int32_t pg_custom(double data, const uint32_t *kids, uint32_t n) {
     return make_list(PG_OP_CUSTOM, 0, kids, n, n, data, NULL, PG_F_PY_HELD, 0);
 }

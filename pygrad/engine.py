@@ -305,6 +305,7 @@ _records = extras.items
 _CUSTOM = lib.PG_OP_CUSTOM
 _node_backward = lib.pg_node_backward
 _kid_pair = lib.pg_kid_pair
+_custom1 = lib.pg_custom1
 _OP_NAMES: Tuple[Optional[str], ...] = tuple(
     None if op.code in (lib.PG_OP_POWK, lib.PG_OP_LINEAR, lib.PG_OP_CUSTOM, lib.PG_OP_FUNCTION)
     else op.name for op in _ops.OPS)
@@ -339,7 +340,7 @@ class Value(_ValueBase):
     micrograd's Value.
     """
 
-    __slots__ = ("_h", "_s", "_hold", "_kids", "_name", "__dict__", "__weakref__")
+    __slots__ = ("_h", "_s", "_hold", "_kids", "_name", "_label", "__dict__", "__weakref__")
 
     def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
                  label: str = "") -> None:
@@ -356,16 +357,20 @@ class Value(_ValueBase):
             if label:
                 self.label = label
             return
-        x = value_data(data, Value)
+        x = data if type(data) is float else value_data(data, Value)
         kids = tuple(_children)
         for c in kids:
             if not isinstance(c, Value):
                 raise TypeError("Value _children must be pygrad.Values (C engine), not "
                                 f"{type(c).__module__}.{type(c).__qualname__}")
-        if not isinstance(_op, str) or not isinstance(label, str):
-            raise TypeError("Value _op and label must be str")
+        if type(_op) is not str or type(label) is not str:
+            if not isinstance(_op, str) or not isinstance(label, str):
+                raise TypeError("Value _op and label must be str")
         # Made in Python: held like a micrograd Value, its children too.
-        rc = lib.pg_custom(x, ffi.new("uint32_t[]", [c._h for c in kids]), len(kids))
+        if len(kids) == 1:
+            rc = _custom1(x, kids[0]._h)
+        else:
+            rc = lib.pg_custom(x, ffi.new("uint32_t[]", [c._h for c in kids]), len(kids))
         if rc > _HELD:
             _check(rc, "a Value")
         h = self._h = _HELD - rc
@@ -393,21 +398,19 @@ class Value(_ValueBase):
     def _op(self) -> str:
         """The op's name, for drawing (``'+'``, ``'*'``, ``'**2'``, ...):
         micrograd's, or what was set."""
+        try:
+            return self._name       # a node's name never changes but by this setter
+        except AttributeError:
+            pass
         h = self._h
         d = _describe(h)
-        if d >> 16:
-            name = _records[d >> 16].op
-            if name is not None:
-                return name
-        name = _OP_NAMES[d & _D_OP]
-        if name is not None:
-            return name
-        if d & _D_OP == _CUSTOM:
-            try:
-                return self._name
-            except AttributeError:
-                return ""
-        return _op_name(h, d & _D_OP)
+        name = _records[d >> 16].op if d >> 16 else None
+        if name is None:
+            name = _OP_NAMES[d & _D_OP]
+            if name is None:
+                name = "" if d & _D_OP == _CUSTOM else _op_name(h, d & _D_OP)
+        self._name = name
+        return name
 
     @_op.setter
     def _op(self, name: str) -> None:
@@ -415,7 +418,8 @@ class Value(_ValueBase):
         # the node's, like its label.
         if not isinstance(name, str):
             raise TypeError(f"_op must be str, not {type(name).__name__}")
-        extras.get_or_create(self._h).op = name
+        extras.get_or_create(self._h).op = name     # the node's, for a later Value of it
+        self._name = name
 
     @property
     def _prev(self) -> Set["Value"]:
@@ -444,14 +448,20 @@ class Value(_ValueBase):
     @property
     def label(self) -> str:
         """A name for drawing; it belongs to the node."""
+        try:
+            return self._label      # set only by this Value's setter, as the node's
+        except AttributeError:
+            pass
         e = _describe(self._h) >> 16
-        return _records[e].label if e else ""
+        label = self._label = _records[e].label if e else ""
+        return label
 
     @label.setter
     def label(self, text: str) -> None:
         if not isinstance(text, str):
             raise TypeError(f"label must be str, not {type(text).__name__}")
-        extras.get_or_create(self._h).label = text
+        extras.get_or_create(self._h).label = text  # the node's, for a later Value of it
+        self._label = text
 
     @property
     def _backward(self) -> Callable[[], None]:
