@@ -125,6 +125,36 @@ def test_repeated_backward_accumulates_like_micrograd():
         assert (c.grad, b.grad, a.grad) == (1.0, 10.0, 30.0)
 
 
+@pytest.mark.parametrize("V", [Value, RefValue], ids=["c", "reference"])
+def test_repeated_backward_keeps_micrograds_hidden_grads_of_sub_and_div(V):
+    # micrograd: a - b is a + (b * -1), a / b is a * b**-1; the hidden inner
+    # node's grad accumulates too.  Values worked by hand from micrograd's
+    # graph (and printed by micrograd 0.1.0: 9 -12, 4.5 -3.0).
+    a, b = V(1.0), V(2.0)
+    y = (a - b) * 3
+    y.backward()
+    y.backward()
+    assert (a.grad, b.grad) == (9.0, -12.0)
+    a, b = V(1.0), V(2.0)
+    y = (a / b) * 3
+    y.backward()
+    y.backward()
+    assert (a.grad, b.grad) == (4.5, -3.0)
+    # number - Value and number / Value have the hidden node too; Value -
+    # number and Value / number do not (micrograd 0.1.0 prints -33.75)
+    b = V(2.0)
+    y = (5.0 - b) * 3 + (5.0 / b) * 2 + (b - 1.0) + b / 4.0
+    y.backward()
+    y.backward()
+    assert b.grad == -33.75
+    # a third call goes on the same way: -3, then -(3 + 6), then -(9 + 9)
+    a, b = V(1.0), V(2.0)
+    y = (a - b) * 3
+    for _ in range(3):
+        y.backward()
+    assert b.grad == -30.0
+
+
 def test_manual_backward_pushes_into_children_only():
     for V in (Value, RefValue):
         a, b = V(2.0), V(-3.0)
