@@ -192,6 +192,11 @@ def paths(V: Any, nn: Any) -> Dict[str, Tuple[Callable[[], Any], int]]:
         y = x
         for _ in range(200):
             y = y * 1.01
+
+    def elsewhere() -> None:
+        y = V(0.3)
+        for _ in range(200):
+            y = y * 1.01
     return {
         "repeat _prev walk (per node)": (lambda: walk(kept), units),
         "first _prev walk (per node)": (first_walk, units, setup_first),  # type: ignore[dict-item]
@@ -200,6 +205,7 @@ def paths(V: Any, nn: Any) -> Dict[str, Tuple[Callable[[], Any], int]]:
         "update loop p.data += -lr*p.grad; p.grad = 0 (per parameter)": (update, len(params)),
         "custom op, build + backward (per op)": (custom, 100),
         "an op above a custom op (per op)": (above_custom, 200),
+        "the same op elsewhere (per op)": (elsewhere, 200),
         "Value(x) (per Value)": (lambda: [V(1.5) for _ in range(2000)], 2000),
         "model.zero_grad() (per call)": (model.zero_grad, 1),
     }
@@ -213,6 +219,7 @@ TARGETS = {
     "update loop p.data += -lr*p.grad; p.grad = 0 (per parameter)": 5.0,
     "custom op, build + backward (per op)": 1.5,
     "an op above a custom op (per op)": None,
+    "the same op elsewhere (per op)": None,
     "Value(x) (per Value)": 1.5,
     "model.zero_grad() (per call)": 1.0,
 }

@@ -285,15 +285,15 @@ def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], nam
 
     def fset(self: "Value", v: Any, _put: Callable[[int, float], None] = put) -> None:
         t = type(v)
-        if t is float or t is int and -_EXACT <= v <= _EXACT:
-            _put(self._h, v)      # cffi makes an int a double as float(int) does
-        else:
-            _put(self._h, value_data(v, Value, name))
+        if t is float or t is int:
+            try:
+                _put(self._h, v)      # cffi makes an int a double as float(int) does
+                return
+            except OverflowError:
+                pass
+        _put(self._h, value_data(v, Value, name))
 
     return property(fget, fset, doc=doc)
-
-
-_EXACT = 2 ** 53        # ints up to here are doubles exactly (a fast path only)
 
 
 # What _describe says of a node: op, flags, record index (<< 16); and the
