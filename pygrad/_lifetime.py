@@ -34,7 +34,9 @@ import os
 import sys
 import threading
 import weakref
-from itertools import compress
+from functools import partial
+from itertools import compress, repeat
+from operator import is_not
 from typing import Any, List, Optional
 
 from ._core import ffi, lib
@@ -140,19 +142,38 @@ _lock = threading.RLock()
 _DEAD = list(map(_getrefcount, [object()]))[0]
 
 
+def _dead_count() -> int:
+    """The count ``_sweep``'s second pass sees for a Value only its list
+    holds (the list, the loop's variable, the call's argument)."""
+    vals = [object()]
+    for i in (0,):
+        v = vals[i]
+        return _getrefcount(v)
+    raise AssertionError
+
+
+_DEAD_IN_LOOP = _dead_count()
+
+
 def _sweep(vals: List[Any]) -> List[int]:
-    """Drop from ``vals`` every Value only it holds; their offsets.  Each
-    pass is C-level iteration; a dropped Value lets go of what it held
-    (``_hold``, ``_prev``), so passes repeat until none goes (a chain of
-    Values that only hold each other takes one pass a link)."""
-    gone: List[int] = []
-    while True:
-        dead = list(compress(range(len(vals)), map(_DEAD.__eq__, list(map(_getrefcount, vals)))))
-        if not dead:
-            return gone
-        for i in dead:
+    """Drop from ``vals`` every Value only it holds; their offsets.  A
+    C-level pass finds the dead; if there were any, what they held may be
+    free now (``_hold``, ``_prev``: always older Values), so one pass over
+    the rest, newest first, drops those too, a whole chain at once."""
+    gone = list(compress(range(len(vals)), map(_DEAD.__eq__, list(map(_getrefcount, vals)))))
+    if not gone:
+        return gone
+    for i in reversed(gone):
+        vals[i] = None
+    for i in reversed(list(compress(range(len(vals)), map(is_not, vals, repeat(None))))):
+        v = vals[i]
+        if _getrefcount(v) <= _DEAD_IN_LOOP:
             vals[i] = None
-        gone += dead
+            gone.append(i)
+    return gone
+
+
+_not_none = partial(is_not, None)    # not falsiness: a Value subclass may define __bool__
 
 
 def _in_use(vals: List[Any]) -> List[Any]:
@@ -161,7 +182,7 @@ def _in_use(vals: List[Any]) -> List[Any]:
     still in use).  A Value held only by another one that is dead counts as
     in use; it gets a claim, released as soon as that one goes."""
     counts = list(map(_getrefcount, vals))
-    return list(filter(None, compress(vals, map(_DEAD.__lt__, counts))))
+    return list(filter(_not_none, compress(vals, map(_DEAD.__lt__, counts))))
 
 
 def _settle_closed() -> None:
@@ -200,7 +221,7 @@ def _settle_open(promote: bool) -> None:
     if promote:
         for h in held:
             by_sid.setdefault(h >> SEG_BITS, []).append(h & OFFSET_MASK)
-    for sid, vals in list(lists.items()):
+    for sid, vals in list(lists.items())[::-1]:        # newest first
         gone = _sweep(vals)
         for i in by_sid.get(sid, ()):
             v = vals[i]

@@ -331,3 +331,17 @@ def test_building_while_keeping_every_value_is_linear():
     large = min(per_op(200_000) for _ in range(2))
     assert large < 3.0 * small, (small, large)
     assert math.isfinite(small)
+
+
+def test_a_falsy_value_subclass_is_settled_as_any_value():
+    class Falsy(Value):
+        def __bool__(self):
+            return False
+
+    keep = [Falsy(1.0) for _ in range(lib.PG_SEG_NODES + 10)]   # fills a segment
+    for _ in range(lib.PG_SEG_NODES):
+        Value(2.0) * 3.0
+    gc.collect()
+    engine.settle()
+    assert all(v.data == 1.0 for v in keep)
+    assert lib.pg_live_nodes() >= len(keep)
