@@ -176,15 +176,6 @@ def _sweep(vals: List[Any]) -> List[int]:
 _not_none = partial(is_not, None)    # not falsiness: a Value subclass may define __bool__
 
 
-def _in_use(vals: List[Any]) -> List[Any]:
-    """The Values in ``vals`` that something besides the list holds, found
-    by C-level iteration (a closed segment's settle: few of its Values are
-    still in use).  A Value held only by another one that is dead counts as
-    in use; it gets a claim, released as soon as that one goes."""
-    counts = list(map(_getrefcount, vals))
-    return list(filter(_not_none, compress(vals, map(_DEAD.__lt__, counts))))
-
-
 def _settle_closed() -> None:
     sids = ffi.new("uint32_t[16]")
     while True:
@@ -194,7 +185,8 @@ def _settle_closed() -> None:
         for sid in list(sids[0:n]):
             vals = lists.get(sid)
             if vals is not None:
-                for v in _in_use(vals):
+                _sweep(vals)
+                for v in list(filter(_not_none, vals)):
                     registry.add(v)         # registered, then claimed:
                     v._s = hold(v._h)       # the list still holds it
                 lists.pop(sid, None)
