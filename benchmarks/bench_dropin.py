@@ -14,7 +14,8 @@ around one cffi call each, the least a Value with its numbers in C costs.
 
 With ``--heap``, the table gains a column: the same pygrad paths while 2M
 small Python objects are alive (as in a notebook holding a dataset), over
-pygrad's own small-heap time: nothing may grow with the heap.
+pygrad's own small-heap time, the two alternating path by path (median of
+three rounds): nothing may grow with the heap.
 """
 import argparse
 import gc
@@ -257,6 +258,25 @@ def measure(repeats: int) -> Dict[str, Dict[str, float]]:
     return out
 
 
+def heap_ratios(repeats: int) -> Dict[str, float]:
+    """pygrad's time per path with 2M small objects alive over without,
+    the two alternating path by path (so that drift in the machine's speed
+    hits both alike); median of the per-round ratios."""
+    random.seed(0)
+    built = paths(*ENGINES["pygrad"])
+    ratios: Dict[str, List[float]] = {path: [] for path in TARGETS}
+    for _ in range(3):
+        for path in TARGETS:
+            small = time_path(built[path], max(1, repeats // 2))
+            junk = [[i] for i in range(2_000_000)]
+            gc.collect()
+            big = time_path(built[path], max(1, repeats // 2))
+            del junk
+            gc.collect()
+            ratios[path].append(big / small)
+    return {path: statistics.median(r) for path, r in ratios.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
@@ -264,11 +284,7 @@ def main() -> None:
     args = ap.parse_args()
     repeats = 3 if args.quick else 7
     small = measure(repeats)
-    big = None
-    if args.heap:
-        junk = [[i] for i in range(2_000_000)]      # noqa: F841  (held on purpose)
-        gc.collect()
-        big = measure(repeats)
+    big = heap_ratios(repeats) if args.heap else None
     head = "| path | pygrad | micrograd | pygrad / micrograd | target | floor / micrograd |"
     if big:
         head += " pygrad, 2M objects alive / small heap |"
@@ -281,7 +297,7 @@ def main() -> None:
                f"{'at most %.1fx' % target if target else 'as elsewhere'} | "
                f"{'%.2fx' % (f / m) if f else ''} |")
         if big:
-            row += f" {big['pygrad'][path] / p:.2f}x |"
+            row += f" {big[path]:.2f}x |"
         print(row)
     print(f"\npython {sys.version.split()[0]}, pygrad {pygrad.__version__}, "
           f"median of {repeats} repeats per engine, alternating")

@@ -275,7 +275,7 @@ def value_of(h: int, value_type: type) -> Any:
     """The Value of live node h: the one that exists, else a new one that
     holds its node and is registered."""
     with _lock:
-        v = existing_value(h)
+        v: Any = existing_value(h)
         if v is None:
             v = _new(value_type)
             v._h = h
@@ -289,7 +289,7 @@ def values_of(handles: Any, value_type: type) -> List[Any]:
     with _lock:
         out = []
         for h in handles:
-            v = existing_value(h)
+            v: Any = existing_value(h)
             if v is None:
                 v = _new(value_type)
                 v._h = h

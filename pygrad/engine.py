@@ -341,6 +341,10 @@ class Value(_ValueBase):
     """
 
     __slots__ = ("_h", "_s", "_hold", "_kids", "_name", "_label", "__dict__", "__weakref__")
+    _h: int
+    _kids: Set["Value"]
+    _name: str
+    _label: str
 
     def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
                  label: str = "") -> None:
@@ -404,7 +408,8 @@ class Value(_ValueBase):
             pass
         h = self._h
         d = _describe(h)
-        name = _records[d >> 16].op if d >> 16 else None
+        record = _records[d >> 16] if d >> 16 else None
+        name = record.op if record is not None else None
         if name is None:
             name = _OP_NAMES[d & _D_OP]
             if name is None:
@@ -453,7 +458,8 @@ class Value(_ValueBase):
         except AttributeError:
             pass
         e = _describe(self._h) >> 16
-        label = self._label = _records[e].label if e else ""
+        record = _records[e] if e else None
+        label = self._label = record.label if record is not None else ""
         return label
 
     @label.setter
@@ -468,7 +474,7 @@ class Value(_ValueBase):
         """Push this node's grad into its children's grads (only them)."""
         h = self._h
         if _describe(h) & _D_PY_BACKWARD:
-            return self.__dict__["_backward"]     # type: ignore[no-any-return]
+            return self.__dict__["_backward"]
         return functools.partial(_node_backward, h)
 
     @_backward.setter
