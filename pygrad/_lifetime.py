@@ -10,10 +10,9 @@ its state diagram (eight concepts); what Python does in it:
   leaves the list and its node's fresh mark is cleared (the node is freed
   if nothing else holds it).  In a closed segment a live Value takes a
   claim of its own and moves to the registry, and the list goes.  Closed
-  segments settle when a new segment's list is made (``new_list``); open
-  ones too around every full garbage collection (a ``gc`` callback: before
-  it, Python-held Values trade the list for claims so that the collection
-  sees their cycles) and on ``settle()``.
+  segments settle when a new segment's list is made (``new_list``), and
+  every segment on ``settle()`` (Python-held Values then trade the list for
+  claims, so that a garbage collection sees their cycles).
 * **Claims.**  A settled Value holds its node through ``_s``, a claim that
   C releases (a cffi allocator's free, ``pg_claim_free``) when the Value
   dies: no Python code runs then, so an interrupt can't cut a release in
@@ -232,28 +231,24 @@ def settle() -> None:
     """Settle every segment now: nodes whose Values are gone are freed.  The
     calling thread's segment is closed first (no op of this thread can be
     under way), so even nodes whose Value never came (an op interrupted
-    between C and Python) go."""
+    between C and Python) go.  Python-held Values leave the lists for
+    claims, then a full garbage collection frees the closure cycles no one
+    holds, and a second pass what only they held.
+
+    (No garbage-collection callback does this by itself: Python code run
+    from one meets a Ctrl-C pressed during the collection, and an exception
+    there is lost.)"""
     with _lock:
         lib.pg_close_current()
         _settle_closed()
         _settle_open(promote=True)
+    gc.collect()
+    with _lock:
+        _settle_closed()
+        _settle_open(promote=False)
+        registry.purge()
 
 
-def _after_collection(phase: str, info: dict) -> None:
-    # Around a full collection.  Before it, Python-held Values leave the
-    # lists for claims, so that the collection sees what the user really
-    # holds and frees whole micrograd-style graphs, closure cycles and all
-    # (micrograd's own graphs go then too); after it, what the collection
-    # let go of (a Value only a freed closure held) goes too.
-    if info.get("generation") == 2 and _lock is not None:
-        with _lock:
-            _settle_closed()
-            _settle_open(promote=phase == "start")
-            if phase == "stop":
-                registry.purge()
-
-
-gc.callbacks.append(_after_collection)
 
 
 def lock() -> Any:

@@ -31,10 +31,10 @@ _BITS, _MASK = _lifetime.SEG_BITS, _lifetime.OFFSET_MASK
 
 
 def settle() -> None:
-    """Free now the nodes whose Values are all gone.  pygrad settles by
-    itself as segments fill and after each full garbage collection; call it
-    (after ``gc.collect()`` if your graph has reference cycles) to make
-    live-node counts exact."""
+    """Free now the nodes whose Values are all gone (it runs a full garbage
+    collection too, for custom ops' closure cycles).  pygrad settles by
+    itself as each thread's segment of 4,096 nodes fills; call it to make
+    live-node counts exact, or to free at once a big graph you dropped."""
     _lifetime.settle()
 
 

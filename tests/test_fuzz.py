@@ -340,23 +340,18 @@ def run_c(fn):
 
 class no_pygrad_code:
     """Asserts that no pygrad Python code runs in the block (as Values die:
-    their claims are released in C).  pygrad's own garbage-collection
-    callback (settling before a full collection) is set aside meanwhile: it
-    is no Value's death."""
+    their claims are released in C)."""
 
     def __init__(self, what):
         self.what = what
 
     def __enter__(self):
-        self.callbacks = gc.callbacks[:]
-        gc.callbacks[:] = [cb for cb in gc.callbacks if cb is not _lifetime._after_collection]
         self.counter = Interrupter(None, prefixes=(PYGRAD_CODE,))
         self.old = sys.gettrace()
         sys.settrace(self.counter)
 
     def __exit__(self, *exc):
         sys.settrace(self.old)
-        gc.callbacks[:] = self.callbacks
         assert self.counter.events == 0, (
             f"pygrad Python code ran while {self.what}: first at {self.counter.first}")
 

@@ -144,26 +144,47 @@ def test_a_thread_that_ends_lets_its_segment_go():
 
 # -- lifetime ----------------------------------------------------------------------
 
-def test_a_graph_dropped_without_backward_is_freed_at_collection():
+def test_a_graph_dropped_without_backward_is_freed_by_its_segment_or_settle():
     before = live()
     y = Value(1.0)
     for _ in range(50_000):
         y = y * 1.0000001
     assert lib.pg_live_nodes() - before >= 100_000
     del y
-    gc.collect()                         # as micrograd's graph, with its cycles, goes
+    engine.settle()
     assert lib.pg_live_nodes() == before
-
-
-def test_micrograd_style_custom_graph_goes_in_one_collection():
-    before = live()
-    y = Value(0.2)
-    for _ in range(300):
-        y = _tanh(y * 0.9 + 0.1)
-    y.backward()
+    # without settle(): what a dropped graph keeps is its thread's open
+    # segment, settled as the thread goes on
+    y = Value(1.0)
+    for _ in range(50_000):
+        y = y * 1.0000001
     del y
+    z = Value(1.0)
+    for _ in range(lib.PG_SEG_NODES):
+        z = z + 1.0
+    assert lib.pg_live_nodes() - before <= 4 * lib.PG_SEG_NODES
+
+
+def test_micrograd_style_custom_graphs_hold_flat_memory_without_settle():
+    before = live()
+    for _ in range(30):
+        y = Value(0.2)
+        for _ in range(300):
+            y = _tanh(y * 0.9 + 0.1)
+        y.backward()
+        del y
     gc.collect()
+    gc.collect()
+    # what is left is the last segments' worth, not thirty graphs
+    assert lib.pg_live_nodes() - before <= 3 * lib.PG_SEG_NODES
+    engine.settle()
     assert lib.pg_live_nodes() == before
+
+
+def test_no_garbage_collection_callback_of_pygrad():
+    # Python code in a gc callback meets a Ctrl-C pressed during the
+    # collection, and an exception there is lost (printed, not raised).
+    assert not [cb for cb in gc.callbacks if "pygrad" in (getattr(cb, "__module__", "") or "")]
 
 
 def test_backward_does_not_record_for_a_custom_op_elsewhere():
@@ -276,6 +297,18 @@ def _loops():
     return out
 
 
+def test_no_loop_looks_at_the_heap(monkeypatch):
+    """Deterministic half of the big-heap check: none of the loops calls a
+    function that walks Python's heap."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("pygrad walked the Python heap")
+    for name in ("get_referrers", "get_referents", "get_objects"):
+        monkeypatch.setattr(gc, name, refuse)
+    _loops()
+    engine.settle()
+
+
+@pytest.mark.slow
 def test_no_loop_slows_down_with_a_big_heap():
     """Each loop, best of 3, with 1M small objects alive over without."""
     def best():
@@ -316,21 +349,24 @@ def test_keeping_one_interior_value_per_step_fits_1_gib_of_address_space():
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stdout + out.stderr
 
 
-def test_building_while_keeping_every_value_is_linear():
-    def per_op(n):
-        gc.collect()
-        t = time.perf_counter()
-        held = [Value(1.0)]
-        for _ in range(n):
-            held.append(held[-1] * 1.0000001)
-        return (time.perf_counter() - t) / n
-    # 8x the ops: a cost per op that grew with the Values kept (a scan per
-    # segment, say) would be ~8x; the garbage collector's own passes over
-    # the kept objects (micrograd's too) stay well under 3x.
-    small = min(per_op(25_000) for _ in range(3))
-    large = min(per_op(200_000) for _ in range(2))
-    assert large < 3.0 * small, (small, large)
-    assert math.isfinite(small)
+def test_building_while_keeping_every_value_does_bounded_work_per_segment():
+    """What once made this quadratic was work per segment that grew with the
+    Values kept.  Now each segment is settled once: at most a couple of
+    lists are open at any time, and each kept Value takes one claim."""
+    from pygrad import _lifetime
+    engine.settle()
+    claims_before = len(_lifetime.registry)
+    held = [Value(1.0)]
+    most_open = 0
+    for i in range(100_000):
+        held.append(held[-1] * 1.0000001)
+        if i % 1000 == 0:
+            most_open = max(most_open, len(_lifetime.lists))
+    assert most_open <= 2
+    engine.settle()
+    assert len(_lifetime.registry) - claims_before >= len(held) - 1
+    assert all(v._s is not None for v in held[:-10])
+    assert math.isfinite(held[-1].data)
 
 
 def test_a_falsy_value_subclass_is_settled_as_any_value():

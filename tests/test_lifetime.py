@@ -185,7 +185,7 @@ def test_a_refused_munmap_keeps_the_mapping_for_reuse():
         y.backward()
         expected = w.grad
         del y
-        gc.collect()
+        engine.settle()
         lib.pg_fail_unmap(0)
         w.grad = 0.0
         y, _ = chain(w, 60 * lib.PG_SEG_NODES // 3)

@@ -16,6 +16,7 @@ from training import moons_model, train_moons
 
 def live() -> int:
     gc.collect()
+    settle()
     return lib.pg_live_nodes()
 
 
