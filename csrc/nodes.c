@@ -350,6 +350,10 @@ int64_t pg_describe(uint32_t h) {
 int pg_flags(uint32_t h) { return pg_N(h)->flags; }
 int pg_variant(uint32_t h) { return pg_N(h)->variant; }
 double pg_exponent(uint32_t h) { return pg_N(h)->aux.k; }
+void pg_zero_hidden(uint32_t h) {
+    pg_node *n = pg_N(h);
+    if (n->op == PG_OP_SUB || n->op == PG_OP_DIV) n->aux.k = -0.0;
+}
 
 uint32_t pg_nkids(uint32_t h) {
     const uint32_t *kids;

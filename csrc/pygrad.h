@@ -142,6 +142,9 @@ int pg_flags(uint32_t h);
 int pg_variant(uint32_t h);
 double pg_exponent(uint32_t h);
 uint32_t pg_nkids(uint32_t h);
+/* Test hook: a `-` or `/` node's hidden grad (ops.c) back to what a new
+ * node has; nothing for other ops. */
+void pg_zero_hidden(uint32_t h);
 /* Node h's children, at most two, in one int: n | kid0 << 2 | kid1 << 32
  * (handles are below 2^30); -n when it has n > 2 (then use pg_kids). */
 int64_t pg_kid_pair(uint32_t h);

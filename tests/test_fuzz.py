@@ -563,10 +563,16 @@ def both_cut(fn_c, fn_r):
 
 
 def zero_graph(c, r):
-    """grad = 0 on every node below c and below r: what an interrupted
-    backward left half done is then the same on both engines."""
+    """grad = 0 on every node below c and below r, and the hidden grads of
+    - and / (micrograd's inner nodes, which micrograd's own walk would zero
+    too) as new: what an interrupted backward left half done is then the
+    same on both engines."""
     for n in _topo(r):
         n.grad = 0.0
+        fn = n._backward
+        code = getattr(fn, "__code__", None)
+        if code is not None and "hidden" in code.co_freevars:      # reference - and /
+            fn.__closure__[code.co_freevars.index("hidden")].cell_contents = -0.0
     seen = {}
     stack = [c]
     while stack:
@@ -574,6 +580,7 @@ def zero_graph(c, r):
         if id(v) not in seen:
             seen[id(v)] = v
             v.grad = 0.0
+            lib.pg_zero_hidden(v._h)
             stack.extend(v._prev)
 
 
