@@ -4,7 +4,7 @@ its state diagram (eight concepts); what Python does in it:
 * **Fresh Values sit in their segment's list.**  Each op result and leaf is
   stored in ``lists[sid][offset]`` as it is made: one list store per op, no
   claim or weak reference.  The list is also how ``_prev`` finds the Value
-  of a node, so there is one Value per node (``value_of``).
+  of a node, so there is one Value per node (``values_of``).
 * **Settling** reads those Values' reference counts (C-level scans of the
   lists), never the heap: a Value that only its list holds is dead, so it
   leaves the list and its node's fresh mark is cleared (the node is freed
@@ -17,7 +17,7 @@ its state diagram (eight concepts); what Python does in it:
   C releases (a cffi allocator's free, ``pg_claim_free``) when the Value
   dies: no Python code runs then, so an interrupt can't cut a release in
   half.
-* **Registry.**  Claimed Values by handle, weakly, for ``value_of``.
+* **Registry.**  Claimed Values by handle, weakly, for ``values_of``.
 * **Python-held nodes.**  A custom op's Value, and every op result above
   one, keeps its operands' Values in ``_hold``, as micrograd's ``_prev``
   does, so the closures' cycles stay visible to the garbage collector.
@@ -40,7 +40,7 @@ from typing import Any, List, Optional
 
 from ._core import ffi, lib
 
-__all__ = ["lists", "registry", "hold", "lock", "value_of", "values_of", "existing_value",
+__all__ = ["lists", "registry", "hold", "lock", "values_of", "existing_value",
            "settle", "settle_closed", "extras", "check"]
 
 SEG_BITS: int = lib.PG_SEG_BITS
@@ -266,21 +266,9 @@ def existing_value(h: int) -> Optional[Any]:
     return registry.get(h)
 
 
-def value_of(h: int, value_type: type) -> Any:
-    """The Value of live node h: the one that exists, else a new one that
-    holds its node and is registered."""
-    with _lock:
-        v: Any = existing_value(h)
-        if v is None:
-            v = _new(value_type)
-            v._h = h
-            v._s = hold(h)
-            registry.add(v)
-        return v
-
-
 def values_of(handles: Any, value_type: type) -> List[Any]:
-    """``value_of`` for several handles at once (one lock)."""
+    """The Values of live nodes ``handles``: for each, the one that exists,
+    else a new one that holds its node and is registered (one lock)."""
     with _lock:
         out = []
         for h in handles:
