@@ -17,6 +17,6 @@ if os.environ.get("PYGRAD_SANITIZE") == "1":
     options["build"] = {"build_base": os.path.join("build", "sanitize")}
 
 setup(
-    cffi_modules=["pygrad/_build.py:ffibuilder"],
+    cffi_modules=["csrc/cffi_build.py:ffibuilder"],
     options=options,
 )

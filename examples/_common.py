@@ -17,11 +17,13 @@ def summary(doc: str) -> str:
     return re.sub(r"`([^`<]*?)\s*(?:<[^>]*>)?`_{0,2}", r"\1", paragraph)  # `x <url>`_ -> x
 
 
-def make_parser(doc: str, writes: str = "", out_default: str = ".") -> argparse.ArgumentParser:
+def make_parser(doc: str, writes: str = "", out_default: str = "pygrad-examples") -> argparse.ArgumentParser:
     """The command line every example shares: ``--quick`` and ``--out DIR``
     (and ``--help``, described by the docstring's first paragraph).
     ``writes`` names the files the example writes into DIR (empty: none, but
-    --out is accepted all the same).  An example with options of its own adds
+    --out is accepted all the same).  Files go into DIR only, never
+    straight into the working directory: the default is a folder of their
+    own, ``./pygrad-examples/`` (listed in .gitignore).  An example with options of its own adds
     them to the parser this returns."""
     p = argparse.ArgumentParser(description=summary(doc))
     p.add_argument("--quick", action="store_true", help="a smaller run, a few seconds")

@@ -4,14 +4,9 @@
 ``pygrad.nn`` replaces ``micrograd.nn``.  Submodules: ``nn``, ``optim``,
 ``losses``, ``data``, ``viz``, ``reference`` (the pure-Python engine).
 """
-try:
-    from . import _core  # noqa: F401  (the compiled C core, built by pip install)
-except ImportError as e:
-    raise ImportError(
-        "pygrad's C core (pygrad._core) is not built in this copy of pygrad "
-        f"({__path__[0]}). Build it with `pip install -e .` in the repository "
-        "(or `python setup.py build_ext --inplace`), or install pygrad with pip and "
-        "import it from outside the source tree.") from e
+from ._install_check import check_install as _check_install
+
+_check_install(__path__[0])
 
 from typing import TYPE_CHECKING
 
@@ -38,5 +33,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Value", "dot", "sum", "logsumexp", "Function", "Context", "gradcheck",
-           "GradcheckResult", "compile", "Program", "Inputs", "reference", "__version__"]
+# ``sum`` and ``compile`` stay out of ``__all__``: ``from pygrad import *`` must
+# not shadow the builtins.  Import them by name (``from pygrad import sum``).
+__all__ = ["Value", "dot", "logsumexp", "Function", "Context", "gradcheck",
+           "GradcheckResult", "Program", "Inputs", "reference", "__version__"]

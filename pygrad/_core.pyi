@@ -1,4 +1,4 @@
-# Generated from the cdef (pygrad/_build.py's cdef_source(): csrc/pygrad.h
+# Generated from the cdef (csrc/cffi_build.py's cdef_source(): csrc/pygrad.h
 # and csrc/ops.def) by tests/test_typing.py, which checks it is current:
 # after changing the cdef, run `PYTHONPATH=. python tests/test_typing.py --write`.
 """Types of pygrad's C core, the cffi extension module ``pygrad._core``."""
@@ -247,6 +247,7 @@ class _Lib:
     def pg_unary_ABS(self, a: int, /) -> int: ...
     def pg_powk_float(self, a: int, k: float, /) -> int: ...
     def pg_powk_int(self, a: int, k: float, /) -> int: ...
+    def pg_build_stamp(self) -> _CData: ...
 
 
 ffi: _CoreFFI

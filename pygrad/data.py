@@ -51,7 +51,7 @@ def make_moons(n_samples: int = 100, noise: float = 0.1, seed: int = 0) -> Datas
 
     Returns ``(X, y)``: X float64 of shape ``(n_samples, 2)``, y int64 in {0, 1}.
     """
-    n = _check_size("n_samples", n_samples)
+    n = _check_size("n_samples", n_samples, minimum=1)
     noise = _check_noise(noise)
     rng = np.random.default_rng(seed)
     n_out = n // 2
@@ -80,7 +80,7 @@ def make_spiral(n_per_class: int = 100, n_classes: int = 3, noise: float = 0.2,
     Returns ``(X, y)``: X float64 of shape ``(n_per_class * n_classes, 2)``,
     y int64 in ``0 .. n_classes - 1``.
     """
-    n = _check_size("n_per_class", n_per_class)
+    n = _check_size("n_per_class", n_per_class, minimum=1)
     k = _check_size("n_classes", n_classes, minimum=2)
     noise = _check_noise(noise)
     rng = np.random.default_rng(seed)

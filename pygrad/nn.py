@@ -163,7 +163,7 @@ class Module:
         if "parameters" not in state:
             raise ValueError("state dict has no 'parameters'")
         if "structure" in state and list(np.asarray(state["structure"]).tolist()) != self._structure():
-            raise ValueError(f"state dict is for a model of shape {list(state['structure'])}, "
+            raise ValueError(f"state dict is for a model of shape {np.asarray(state['structure']).tolist()}, "
                              f"this one is {self._structure()}")
         self.set_data(state["parameters"])
 

@@ -46,8 +46,8 @@ class Program:
 
     __slots__ = ("_output", "_outputs", "_inputs", "_program", "_batch", "_lock", "_n")
 
-    def __init__(self, output: "Union[Value, Sequence[Value]]",
-                 inputs: "Optional[Iterable[Value]]" = None) -> None:
+    def __init__(self, output: Union[Value, Sequence[Value]],
+                 inputs: Optional[Iterable[Value]] = None) -> None:
         single: Optional[Value] = output if isinstance(output, Value) else None
         outputs = (single,) if single is not None else _values(output, "compile's outputs")
         if not outputs:
@@ -141,8 +141,9 @@ class Program:
             w = _array(grad, "map's grad")
             if w.shape not in ((n, k),) + (((n,),) if k == 1 else ()):
                 want = f"({n},)" if k == 1 else f"({n}, {k})"
-                raise ValueError(f"map's grad needs shape {want}: one weight per row "
-                                 f"{'and output ' if k > 1 else ''}, got shape {w.shape}")
+                per = "row and output" if k > 1 else "row"
+                raise ValueError(f"map's grad needs shape {want}: one weight per {per}, "
+                                 f"got shape {w.shape}")
         out = np.empty((n, k), dtype=np.float64)
         with self._lock:
             rc = lib.pg_batch_run(self._batch, ffi.from_buffer("double[]", data), n,
@@ -206,8 +207,8 @@ def _describe(h: int) -> str:
             "its value and backward are Python's, so it can't be replayed")
 
 
-def compile(output: "Union[Value, Sequence[Value]]",  # noqa: A001 - as torch.compile
-            inputs: "Optional[Iterable[Value]]" = None) -> Program:
+def compile(output: Union[Value, Sequence[Value]],  # noqa: A001 - as torch.compile
+            inputs: Optional[Iterable[Value]] = None) -> Program:
     """Compile the graph below ``output`` (a Value, or a list of Values) for
     replay (see the module doc).  ``inputs``: the leaves that vary per row,
     for ``Program.map``; every other leaf is shared by all rows."""
@@ -260,6 +261,6 @@ class Inputs:
     def __setstate__(self, values: Any) -> None:
         self.__init__(values)  # type: ignore[misc]
 
-    def __deepcopy__(self, memo: Any) -> "Inputs":
+    def __deepcopy__(self, memo: Any) -> Inputs:
         import copy
         return Inputs(copy.deepcopy(self._values, memo))

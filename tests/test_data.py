@@ -94,20 +94,23 @@ def test_xor_corners():
     assert np.abs(Xn - np.tile(X[:4], (100, 1))).max() < 0.6
 
 
-def test_empty_datasets():
-    assert make_moons(0)[0].shape == (0, 2)
-    assert make_spiral(0)[0].shape == (0, 2)
+def test_empty_datasets_are_refused():
+    with pytest.raises(ValueError, match="n_samples must be >= 1, got 0"):
+        make_moons(0)
+    with pytest.raises(ValueError, match="n_per_class must be >= 1, got 0"):
+        make_spiral(0)
+    assert make_moons(1)[0].shape == (1, 2)
 
 
 @pytest.mark.parametrize("call, exc, match", [
     (lambda: make_moons(10.0), TypeError, "n_samples must be an int"),
     (lambda: make_moons("10"), TypeError, "n_samples must be an int"),
     (lambda: make_moons(True), TypeError, "n_samples must be an int"),
-    (lambda: make_moons(-1), ValueError, "n_samples must be >= 0"),
+    (lambda: make_moons(-1), ValueError, "n_samples must be >= 1"),
     (lambda: make_moons(10, noise=-0.1), ValueError, "noise must be a finite number >= 0"),
     (lambda: make_moons(10, noise=float("nan")), ValueError, "noise must be"),
     (lambda: make_moons(10, noise="0.1"), TypeError, "noise must be a real number"),
-    (lambda: make_spiral(-5), ValueError, "n_per_class must be >= 0"),
+    (lambda: make_spiral(-5), ValueError, "n_per_class must be >= 1"),
     (lambda: make_spiral(5, 1), ValueError, "n_classes must be >= 2"),
     (lambda: make_spiral(5, 2.5), TypeError, "n_classes must be an int"),
     (lambda: make_spiral(5, 3, noise=-1), ValueError, "noise"),

@@ -40,7 +40,7 @@ _NOT_API = {"__module__", "__doc__", "__dict__", "__weakref__", "__slots__", "__
             "__parameters__",
             # copy and pickle protocol: documented in prose ("Copies and pickles")
             "__getstate__", "__setstate__", "__reduce__", "__reduce_ex__", "__deepcopy__",
-            "__copy__",
+            "__copy__", "__replace__",  # copy.replace (3.13 adds it to namedtuples)
             # a model's edits reaching its caches: documented in prose (pygrad.nn)
             "__setattr__"}
 
@@ -71,7 +71,8 @@ def _module_names():
     """Groups of qualified names, one per public object: a re-export (e.g.
     ``pygrad.functional.dot``, which is ``pygrad.dot``) is documented
     under any of its names."""
-    qualified = [(f"pygrad.{n}", getattr(pygrad, n)) for n in pygrad.__all__]
+    # sum and compile are public but kept out of __all__ (they'd shadow builtins)
+    qualified = [(f"pygrad.{n}", getattr(pygrad, n)) for n in [*pygrad.__all__, "sum", "compile"]]
     for mod in (nn, optim, losses, data, viz, functional, demo, boundary):
         qualified.append((mod.__name__, mod))
         qualified += [(f"{mod.__name__}.{n}", getattr(mod, n)) for n in mod.__all__]

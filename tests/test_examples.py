@@ -228,6 +228,9 @@ def test_help_shows_the_shared_command_line_and_trains_nothing(script, tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"usage: {script.name} ")
     assert "--quick" in out.stdout and "--out DIR" in out.stdout
+    # files never land straight in the working directory: --out defaults to a folder
+    default = re.search(r"\(default: ([^)]*)\)", " ".join(out.stdout.split())).group(1)
+    assert default.startswith("pygrad-"), default
     with examples_on_path():
         import _common
     description = _common.summary(load(script.stem).__doc__)

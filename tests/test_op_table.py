@@ -37,9 +37,9 @@ def same_double(x: float, y: float) -> bool:
 
 
 def _build_script():
-    """The repository's pygrad/_build.py (it reads csrc/ beside it), not the
-    installed package's copy, which has no csrc/."""
-    path = pathlib.Path(__file__).resolve().parent.parent / "pygrad" / "_build.py"
+    """The repository's csrc/cffi_build.py (the wheel does not
+    ship it)."""
+    path = pathlib.Path(__file__).resolve().parent.parent / "csrc" / "cffi_build.py"
     if not (path.parent.parent / "csrc" / "ops.def").exists():
         pytest.skip("no csrc/ beside the tests")
     spec = importlib.util.spec_from_file_location("pygrad_build_script", path)

@@ -52,7 +52,7 @@ def test_typed_ops_is_no_base_of_value_at_run_time():
 # pygrad/_core.pyi, from the cdef
 
 _HEADER = '''\
-# Generated from the cdef (pygrad/_build.py's cdef_source(): csrc/pygrad.h
+# Generated from the cdef (csrc/cffi_build.py's cdef_source(): csrc/pygrad.h
 # and csrc/ops.def) by tests/test_typing.py, which checks it is current:
 # after changing the cdef, run `PYTHONPATH=. python tests/test_typing.py --write`.
 """Types of pygrad's C core, the cffi extension module ``pygrad._core``."""
@@ -152,9 +152,9 @@ def stub_text(cdef: str) -> str:
 
 
 def _cdef_source() -> str:
-    """cdef_source() of the repository's pygrad/_build.py (it reads csrc/
-    beside it), not the installed package's copy, which has no csrc/."""
-    path = REPO / "pygrad" / "_build.py"
+    """cdef_source() of the repository's csrc/cffi_build.py (the wheel does not
+    ship it)."""
+    path = REPO / "csrc" / "cffi_build.py"
     if not (REPO / "csrc" / "pygrad.h").exists():
         pytest.skip("no csrc/ beside the tests")
     pytest.importorskip("pycparser")
@@ -284,7 +284,7 @@ if __name__ == "__main__":
     # Regenerate pygrad/_core.pyi after a change to the cdef.
     if sys.argv[1:] != ["--write"]:
         sys.exit("usage: python tests/test_typing.py --write")
-    sys.path.insert(0, str(REPO / "pygrad"))
-    import _build  # the build script alone: no compiled core needed
-    STUB.write_text(stub_text(_build.cdef_source()), encoding="utf-8")
+    sys.path.insert(0, str(REPO / "csrc"))
+    import cffi_build  # the build script alone: no compiled core needed
+    STUB.write_text(stub_text(cffi_build.cdef_source()), encoding="utf-8")
     print(f"wrote {STUB}")

@@ -3,16 +3,22 @@
 setup.py names it in ``cffi_modules``; it compiles ``csrc/*.c`` into the
 extension module ``pygrad._core``.  The cdef is read from the public header
 ``csrc/pygrad.h`` (between its cdef markers) and the op codes from
-``csrc/ops.def``, so nothing is declared twice.
+``csrc/ops.def``, so nothing is declared twice.  It lives beside the C
+sources, not in ``pygrad/``, so that the wheel does not ship it.
+
+The core carries a stamp of the sources it was built from
+(``lib.pg_build_stamp()``): the tests refuse a core whose stamp differs
+from ``source_stamp()`` of the tree they sit in (tests/conftest.py).
 """
+import hashlib
 import os
 import re
 import sys
 
 from cffi import FFI
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CSRC = os.path.join(ROOT, "csrc")
+CSRC = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(CSRC)
 
 
 def _read(name: str) -> str:
@@ -25,6 +31,16 @@ def op_codes() -> "list[tuple[str, str, int]]":
     rest of each row reaches Python through pg_op_info: pygrad/_ops.py)."""
     return [(m.group(1), m.group(2), int(m.group(3)))
             for m in re.finditer(r'^PG_OP\((\w+),\s*"([^"]*)",\s*(-?\d+),', _read("ops.def"), re.M)]
+
+
+def source_stamp() -> str:
+    """A hash of everything the core is built from: every file in csrc/
+    (C sources, headers, ops.def and this script)."""
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(CSRC)):
+        if name.endswith((".c", ".h", ".def", ".py")):
+            digest.update(name.encode() + b"\0" + open(os.path.join(CSRC, name), "rb").read())
+    return digest.hexdigest()[:16]
 
 
 def entry_points() -> "list[str]":
@@ -40,7 +56,8 @@ def entry_points() -> "list[str]":
         elif arity == 1 and code != "POWK":
             lines.append(f"int32_t pg_unary_{code}(uint32_t a);")
     lines += ["int32_t pg_powk_float(uint32_t a, double k);",
-              "int32_t pg_powk_int(uint32_t a, double k);"]
+              "int32_t pg_powk_int(uint32_t a, double k);",
+              "const char *pg_build_stamp(void);"]
     return lines
 
 
@@ -77,9 +94,13 @@ ffibuilder = FFI()
 ffibuilder.cdef(cdef_source())
 ffibuilder.set_source(
     "pygrad._core",
-    '#include "pygrad.h"',
+    '#include "pygrad.h"\n'
+    f'static const char *pg_build_stamp(void) {{ return "{source_stamp()}"; }}\n',
     sources=[os.path.relpath(os.path.join(CSRC, f), ROOT)
              for f in sorted(os.listdir(CSRC)) if f.endswith(".c")],
+    # an edited header or ops.def rebuilds the core (every .c includes them)
+    depends=[os.path.relpath(os.path.join(CSRC, f), ROOT)
+             for f in sorted(os.listdir(CSRC)) if f.endswith((".h", ".def"))],
     include_dirs=[os.path.relpath(CSRC, ROOT)],
     extra_compile_args=compile_args(),
     extra_link_args=link_args(),

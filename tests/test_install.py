@@ -1,0 +1,67 @@
+"""How pygrad is found at import: a source tree without its core, another
+project's files mixed into the package, and a star import."""
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pygrad
+
+INSTALLED = pathlib.Path(pygrad.__file__).resolve().parent
+
+
+def _copy_package(to: pathlib.Path, with_core: bool) -> pathlib.Path:
+    ignore = ["__pycache__"] + ([] if with_core else ["_core*.so", "_core*.pyd"])
+    shutil.copytree(INSTALLED, to / "pygrad", ignore=shutil.ignore_patterns(*ignore))
+    return to / "pygrad"
+
+
+def test_an_unbuilt_checkout_that_shadows_an_installed_pygrad_says_so_once(tmp_path):
+    """`python -m pygrad` (or `python -m pytest`) started in a checkout after a
+    plain `pip install .`: one ImportError naming both copies, no chained
+    'circular import' error."""
+    checkout = tmp_path / "checkout"
+    _copy_package(checkout, with_core=False)
+    (checkout / "csrc").mkdir()
+    (checkout / "csrc" / "cffi_build.py").write_text("")
+    site = tmp_path / "site"
+    _copy_package(site, with_core=True)
+    out = subprocess.run([sys.executable, "-S", "-c", "import pygrad"], cwd=checkout,
+                         capture_output=True, text=True, env={"PYTHONPATH": str(site)})
+    assert out.returncode == 1
+    assert out.stderr.count("Traceback") == 1, out.stderr
+    assert "circular import" not in out.stderr and "During handling" not in out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: pygrad's C core"), last
+    assert f"an installed pygrad is at {site / 'pygrad'}" in last, last
+    assert str(checkout) in last and "pip install -e ." in last
+
+
+def test_another_projects_pygrad_nn_in_the_package_is_refused_by_name(tmp_path):
+    """The index's `pygrad` project (a pygrad/ package with an nn/ subpackage)
+    installed over ours: import names both and says what to do, instead of
+    `pygrad.nn` silently being the other project's."""
+    site = tmp_path / "site"
+    package = _copy_package(site, with_core=True)
+    (package / "nn").mkdir()
+    (package / "nn" / "__init__.py").write_text("from .module import Module\n")
+    dist = site / "pygrad-0.1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: pygrad\nVersion: 0.1.0\n")
+    (dist / "RECORD").write_text("pygrad/__init__.py,,\npygrad/nn/__init__.py,,\n")
+    out = subprocess.run([sys.executable, "-S", "-c", "import pygrad.nn"], cwd=tmp_path,
+                         capture_output=True, text=True, env={"PYTHONPATH": str(site)})
+    assert out.returncode == 1
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: ") and "another project's files" in last, last
+    assert "pygrad 0.1.0" in last and "pip uninstall pygrad pygrad-autograd" in last, last
+
+
+def test_star_import_leaves_the_builtins_sum_and_compile_alone():
+    namespace: dict = {}
+    exec("from pygrad import *", namespace)
+    assert "sum" not in namespace and "compile" not in namespace
+    assert "Value" in namespace and "Program" in namespace
+    from pygrad import compile, sum      # still importable by name
+    assert sum([pygrad.Value(1.0), pygrad.Value(2.0)]).data == 3.0
+    assert callable(compile)
