@@ -1,6 +1,7 @@
 """This tree's engine against another checkout's, side by side in one run.
 
-    git worktree add ../base main && (cd ../base && python setup.py build_ext --inplace)
+    git worktree add ../base main && pip install "setuptools>=77" cffi \
+        && (cd ../base && python setup.py build_ext --inplace)
     python benchmarks/bench_versus.py --baseline ../base
 
 Each repeat runs one fresh process per tree, alternating (base, this, base,

@@ -77,6 +77,8 @@ def compile_args() -> "list[str]":
     # No fused multiply-add and no fast-math: every double must round as
     # Python's float arithmetic does, so C and the reference engine agree.
     args = ["-std=c11", "-O3", "-fno-fast-math", "-ffp-contract=off"]
+    if sys.platform.startswith("linux"):
+        args += ["-include", "glibc_versions.h"]   # the manylinux_2_17 tag: see that header
     if os.environ.get("PYGRAD_SANITIZE") == "1":
         # -O1 keeps stack traces readable; no recovery, so any report fails the run.
         args += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all",

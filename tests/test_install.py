@@ -65,3 +65,15 @@ def test_star_import_leaves_the_builtins_sum_and_compile_alone():
     from pygrad import compile, sum      # still importable by name
     assert sum([pygrad.Value(1.0), pygrad.Value(2.0)]).data == 3.0
     assert callable(compile)
+
+
+def test_the_version_is_the_changelogs_newest_release():
+    """pygrad.__version__ is the first released (dated) version in CHANGELOG.md."""
+    import re
+    changelog = pathlib.Path(__file__).resolve().parent.parent / "CHANGELOG.md"
+    if not changelog.exists():
+        import pytest
+        pytest.skip("no CHANGELOG.md beside the tests")
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - (\d{4}-\d\d-\d\d)", changelog.read_text(), re.M)
+    assert released, "no dated release in CHANGELOG.md"
+    assert released[0][0] == pygrad.__version__, (released[0], pygrad.__version__)
