@@ -4,9 +4,25 @@ One abi3 wheel serves every supported CPython: cffi compiles against the
 limited API, and bdist_wheel is told so below.
 """
 import os
+import re
 import sys
 
 from setuptools import setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def index_description(readme: str) -> str:
+    """README.md as the package index shows it: there is no project home to
+    link to yet, so links into the repository (docs/, examples/), which an
+    index page can't follow, become the path in plain text, and pictures
+    stored in the repository are left out."""
+    readme = re.sub(r"!\[[^\]]*\]\((?!https?://)[^)]*\)\n?", "", readme)
+    return re.sub(r"\[([^\]]+)\]\((?!https?://|#)([^)#]+)(?:#[^)]*)?\)",
+                  lambda m: m.group(1) if m.group(1).strip("`") == m.group(2)
+                  else f"{m.group(1)} (`{m.group(2)}` in the source distribution)",
+                  readme)
+
 
 # Every build compiles every C file: an object left from older sources
 # (build_ext reuses objects newer than their own .c, whatever headers or
@@ -20,11 +36,16 @@ if os.environ.get("PYGRAD_SANITIZE") == "1":
     # sanitized objects get their own folder, apart from the normal build's.
     options["build"] = {"build_base": os.path.join("build", "sanitize")}
 
-setup(
-    # The License field, not pyproject's PEP 639 license expression: `pip show`
-    # of the pips that Python 3.9-3.13 bundle (23.0-24.2) reads only License,
-    # and setuptools writes one field or the other, never both.
-    license="MIT",
-    cffi_modules=["csrc/cffi_build.py:ffibuilder"],
-    options=options,
-)
+if __name__ == "__main__":      # setuptools runs this file as __main__ too
+    with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    setup(
+        # The License field, not pyproject's PEP 639 license expression: `pip
+        # show` of the pips that Python 3.9-3.13 bundle (23.0-24.2) reads only
+        # License, and setuptools writes one field or the other, never both.
+        license="MIT",
+        long_description=index_description(readme),
+        long_description_content_type="text/markdown",
+        cffi_modules=["csrc/cffi_build.py:ffibuilder"],
+        options=options,
+    )
