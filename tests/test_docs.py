@@ -245,3 +245,11 @@ def test_links_point_to_headings(page):
         assert anchor in _anchors(target or page), f"{page}: no heading for {target}#{anchor}"
     for target in re.findall(r"\]\(([\w\-]+\.md)(?:#[^)]*)?\)", text):
         assert (DOCS / target).exists(), f"{page}: link to missing {target}"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_each_page_says_its_blocks_run_in_order(page):
+    """The blocks share one session (test_page_examples_run runs them so):
+    a reader who copies one block alone must be told."""
+    opening = (DOCS / page).read_text(encoding="utf-8").split("\n## ", 1)[0]
+    assert re.search(r"run in order", " ".join(opening.split())), f"docs/{page}"
