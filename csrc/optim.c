@@ -7,8 +7,9 @@
 
 /* g = grad (+ weight_decay * data); with momentum, v = momentum * v + g and
  * the step uses v; data = data - lr * step. */
-void pg_sgd_step(const uint32_t *h, uint32_t n, double lr, double momentum,
-                 double weight_decay, double *velocity) {
+int32_t pg_sgd_step(const uint32_t *h, uint32_t n, double lr, double momentum,
+                    double weight_decay, double *velocity, size_t nvelocity) {
+    if (nvelocity < n) return PG_E_ARG;
     for (uint32_t i = 0; i < n; i++) {
         pg_node *p = pg_N(h[i]);
         double g = p->grad;
@@ -19,13 +20,15 @@ void pg_sgd_step(const uint32_t *h, uint32_t n, double lr, double momentum,
         }
         p->data = p->data - lr * g;
     }
+    return 0;
 }
 
 /* Adam (Kingma & Ba), bias corrections bias1 = 1 - beta1**t and
  * bias2 = 1 - beta2**t given by the caller. */
-void pg_adam_step(const uint32_t *h, uint32_t n, double lr, double beta1, double beta2,
-                  double eps, double weight_decay, double bias1, double bias2,
-                  double *m, double *v) {
+int32_t pg_adam_step(const uint32_t *h, uint32_t n, double lr, double beta1, double beta2,
+                     double eps, double weight_decay, double bias1, double bias2,
+                     double *m, size_t nm, double *v, size_t nv) {
+    if (nm < n || nv < n) return PG_E_ARG;
     for (uint32_t i = 0; i < n; i++) {
         pg_node *p = pg_N(h[i]);
         double g = p->grad;
@@ -36,4 +39,5 @@ void pg_adam_step(const uint32_t *h, uint32_t n, double lr, double beta1, double
         double vhat = v[i] / bias2;
         p->data = p->data - lr * mhat / (sqrt(vhat) + eps);
     }
+    return 0;
 }

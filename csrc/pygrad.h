@@ -122,12 +122,14 @@ void pg_gather_grad(const uint32_t *h, uint32_t n, double *out);
 void pg_scatter_data(const uint32_t *h, uint32_t n, const double *in);
 void pg_fill_grad(const uint32_t *h, uint32_t n, double v);
 
-/* Optimizer steps over n parameters (pygrad.optim documents the maths). */
-void pg_sgd_step(const uint32_t *h, uint32_t n, double lr, double momentum,
-                 double weight_decay, double *velocity);
-void pg_adam_step(const uint32_t *h, uint32_t n, double lr, double beta1, double beta2,
-                  double eps, double weight_decay, double bias1, double bias2,
-                  double *m, double *v);
+/* Optimizer steps over n parameters (pygrad.optim documents the maths).
+ * Each state array comes with its length: PG_E_ARG, and nothing changed, if
+ * one is shorter than n. */
+int32_t pg_sgd_step(const uint32_t *h, uint32_t n, double lr, double momentum,
+                    double weight_decay, double *velocity, size_t nvelocity);
+int32_t pg_adam_step(const uint32_t *h, uint32_t n, double lr, double beta1, double beta2,
+                     double eps, double weight_decay, double bias1, double bias2,
+                     double *m, size_t nm, double *v, size_t nv);
 
 /* Node fields. */
 double pg_data(uint32_t h);

@@ -181,6 +181,13 @@ def _check_layer_params(packed_params: Any, nin: int, nout: int) -> None:
                          f"{nout * (nin + 1)} parameters, got {len(packed_params)}")
 
 
+def _state_fits(rc: int) -> None:
+    """The C steps refuse a state array shorter than the parameters
+    (pygrad.optim validates them first; this is the C side's own check)."""
+    if rc == lib.PG_E_ARG:
+        raise ValueError("pygrad: an optimizer state array is shorter than its parameters")
+
+
 class _CBackend(Backend):
     """The C engine: bulk operations are one C call over the Values' handles."""
 
@@ -211,12 +218,13 @@ class _CBackend(Backend):
 
     def sgd_step(self, packed: Any, lr: float, momentum: float, weight_decay: float,
                  velocity: Any) -> None:
-        lib.pg_sgd_step(packed, len(packed), lr, momentum, weight_decay, velocity)
+        _state_fits(lib.pg_sgd_step(packed, len(packed), lr, momentum, weight_decay,
+                                    velocity, len(velocity)))
 
     def adam_step(self, packed: Any, lr: float, beta1: float, beta2: float, eps: float,
                   weight_decay: float, bias1: float, bias2: float, m: Any, v: Any) -> None:
-        lib.pg_adam_step(packed, len(packed), lr, beta1, beta2, eps, weight_decay, bias1, bias2,
-                         m, v)
+        _state_fits(lib.pg_adam_step(packed, len(packed), lr, beta1, beta2, eps, weight_decay,
+                                     bias1, bias2, m, len(m), v, len(v)))
 
     def fuses_layers(self, nout: int) -> bool:
         return nout <= lib.PG_SEG_NODES

@@ -19,7 +19,7 @@ def _owners(directory: str) -> "list[str]":
         for f in dist.files or ():
             parts = f.parts
             if parts[:1] == ("pygrad",) and parts[-1] == "__init__.py" and len(parts) <= 3:
-                located = os.path.dirname(os.path.abspath(dist.locate_file(f)))
+                located = os.path.dirname(os.path.abspath(str(dist.locate_file(f))))
                 if located in (directory, os.path.join(directory, "nn")):
                     names.append(f"{dist.metadata['Name']} {dist.version}")
                     break

@@ -9,7 +9,7 @@ Adam: g as above;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;
 ``lr`` is a number or a schedule: a callable of the step number (0 for the
 first ``step()``) returning the learning rate.
 """
-from typing import Any, Callable, Dict, Iterable, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
 
 import numpy as np
 
@@ -47,16 +47,39 @@ class Optimizer:
         self._backend = backend_of(self.params, what="optimizer parameters")
         self._packed = self._backend.pack(self._params)
         self._views: Dict[str, Any] = {}
+        self._state: Dict[str, np.ndarray] = {}
 
     @property
     def params(self) -> Tuple[Any, ...]:
         """The parameters, fixed at construction."""
         return self._params
 
-    def _view_state(self) -> None:
-        """View the ``_STATE`` arrays as the backend's steps take them (made
-        once: the steps write into these very arrays)."""
-        self._views = {k: self._backend.buffer(getattr(self, k)) for k in self._STATE}
+    def _check_state(self, name: str, arr: Any) -> np.ndarray:
+        """``arr`` if it can be ``name``'s state array: the steps update it in
+        place, in C, over exactly one float64 per parameter."""
+        n, where = len(self._params), f"{type(self).__name__}.{name}"
+        if not isinstance(arr, np.ndarray):
+            raise TypeError(f"{where} must be a numpy float64 array of {n} values, "
+                            f"not {type(arr).__name__}")
+        if arr.dtype != np.float64:
+            raise TypeError(f"{where} must be a float64 array, not {arr.dtype} "
+                            f"(np.asarray(x, dtype=np.float64) converts it)")
+        if arr.shape != (n,):
+            raise ValueError(f"{where} must have shape ({n},), one value per parameter, "
+                             f"not {arr.shape}")
+        if not arr.flags.c_contiguous:
+            raise ValueError(f"{where} must be contiguous (np.ascontiguousarray(x) copies it)")
+        if not arr.flags.writeable:
+            raise ValueError(f"{where} must be writable: the steps update it in place (pass a copy)")
+        return arr
+
+    def _set_state(self, name: str, arr: Any) -> None:
+        """Adopt ``arr`` as ``name``'s state: checked, then viewed as the
+        backend's steps take it, so the next step uses this very array."""
+        arr = self._check_state(name, arr)
+        view = self._backend.buffer(arr)
+        self._state[name] = arr
+        self._views[name] = view
 
     def current_lr(self) -> float:
         """The learning rate the next ``step()`` uses."""
@@ -82,15 +105,66 @@ class Optimizer:
         return (f"{type(self).__name__}({len(self.params)} params, lr={lr}{self._settings()}, "
                 f"steps={self.steps})")
 
-    # Copies and pickles: the packed parameters and the state's views are
-    # remade from the parameters and the numpy state.
+    # Copies and pickles: the packed parameters, the backend and the state's
+    # views are remade from the parameters and the numpy state, which is
+    # checked as an assignment is (a pickle can't make C step out of bounds).
     def __getstate__(self) -> Any:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_packed", "_views")}
+        state = {k: v for k, v in self.__dict__.items()
+                 if k not in ("_packed", "_views", "_backend", "_state")}
+        state.update(self._state)
+        state["_format"] = PICKLE_FORMAT
+        return state
 
     def __setstate__(self, state: Any) -> None:
+        state = _upgrade(dict(state), type(self).__name__)
+        missing = [k for k in self._STATE if k not in state]
+        if missing:
+            raise ValueError(f"this {type(self).__name__} pickle has no {missing[0]!r} state")
+        arrays = {k: state.pop(k) for k in self._STATE}
         self.__dict__.update(state)
+        self._backend = backend_of(self._params, what="optimizer parameters")
         self._packed = self._backend.pack(self._params)
-        self._view_state()
+        self._views, self._state = {}, {}
+        for name, arr in arrays.items():
+            self._set_state(name, arr)
+
+
+class _State:
+    """A per-parameter state array of an optimizer (``SGD.velocity``,
+    ``Adam.m``, ``Adam.v``): assigning one checks it and makes the next
+    ``step()`` use it."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, opt: Optional[Optimizer], owner: type) -> Any:
+        if opt is None:
+            return self
+        return opt._state[self.name]
+
+    def __set__(self, opt: Optimizer, arr: Any) -> None:
+        opt._set_state(self.name, arr)
+
+
+# The pickled form of an optimizer: 1, the first (state views named
+# "_X_c"); 2, with its backend pickled; 3, this one (format-tagged, the
+# backend found again from the parameters).
+PICKLE_FORMAT = 3
+
+
+def _upgrade(state: Dict[str, Any], what: str) -> Dict[str, Any]:
+    """A pickled optimizer's state in this format, from the formats before."""
+    found = state.pop("_format", None)
+    if found is None:
+        found = 1 if isinstance(state.get("_views"), list) else 2
+    if found > PICKLE_FORMAT or found < 1:
+        from ._version import __version__
+        raise ValueError(f"this {what} was pickled in format {found}, which pygrad "
+                         f"{__version__} (format {PICKLE_FORMAT}) can't read: load it with "
+                         f"the pygrad that wrote it")
+    for key in ("_views", "_handles", "_backend", "_packed"):
+        state.pop(key, None)
+    return {k: v for k, v in state.items() if not (k.startswith("_") and k.endswith("_c"))}
 
 
 class SGD(Optimizer):
@@ -98,6 +172,7 @@ class SGD(Optimizer):
     with neither it is micrograd's ``p.data -= lr * p.grad``."""
 
     _STATE = ("velocity",)
+    velocity = _State()
 
     def __init__(self, params: Iterable[Any], lr: LearningRate = 0.01, momentum: float = 0.0,
                  weight_decay: float = 0.0) -> None:
@@ -105,7 +180,6 @@ class SGD(Optimizer):
         self.momentum = to_setting(momentum, "momentum")
         self.weight_decay = to_setting(weight_decay, "weight_decay")
         self.velocity = np.zeros(len(self.params), dtype=np.float64)
-        self._view_state()
 
     def _settings(self) -> str:
         return f", momentum={self.momentum}, weight_decay={self.weight_decay}"
@@ -119,6 +193,8 @@ class Adam(Optimizer):
     """Adam (Kingma & Ba, 2015) with optional (L2) weight decay."""
 
     _STATE = ("m", "v")
+    m = _State()
+    v = _State()
 
     def __init__(self, params: Iterable[Any], lr: LearningRate = 0.001,
                  betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
@@ -133,7 +209,6 @@ class Adam(Optimizer):
         self.weight_decay = to_setting(weight_decay, "weight_decay")
         self.m = np.zeros(len(self.params), dtype=np.float64)
         self.v = np.zeros(len(self.params), dtype=np.float64)
-        self._view_state()
 
     def _settings(self) -> str:
         return (f", betas=({self.beta1}, {self.beta2}), eps={self.eps}, "
