@@ -23,7 +23,9 @@ closure, or a ``pygrad.Function``, whose partials were captured once) make
 """
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Tuple, Union
 
 
@@ -39,12 +41,27 @@ else:
 
 __all__ = ["compile", "Program", "Inputs"]
 
+# Every Program, so that a forked child remakes their locks: fork() copies a
+# lock that another thread held (inside map()) as held, and the child's first
+# map() would wait for a thread that the child does not have.
+_programs: "weakref.WeakSet[Program]" = weakref.WeakSet()
+
+
+def _remake_locks_in_child() -> None:
+    for program in list(_programs):
+        program._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_remake_locks_in_child)
+
 
 class Program:
     """A compiled graph: ``forward()``, ``backward()``, ``output``, and
     ``map()`` over rows of inputs (see ``compile``)."""
 
-    __slots__ = ("_output", "_outputs", "_inputs", "_program", "_batch", "_lock", "_n")
+    __slots__ = ("_output", "_outputs", "_inputs", "_program", "_batch", "_lock", "_n",
+                 "__weakref__")
 
     def __init__(self, output: Union[Value, Sequence[Value]],
                  inputs: Optional[Iterable[Value]] = None) -> None:
@@ -58,6 +75,7 @@ class Program:
         self._batch: Any = None
         self._inputs: Optional[Tuple[Value, ...]] = None
         self._lock = threading.Lock()
+        _programs.add(self)
         if single is not None:
             # Made empty and released in C (ffi.gc) first: nothing is lost
             # whatever interrupts this.

@@ -115,9 +115,9 @@ def _imports_of(tree):
 @pytest.mark.parametrize("mod", USERS, ids=[m.__name__ for m in USERS])
 def test_modules_leave_the_engine_choice_to_the_backend(mod):
     tree = ast.parse(inspect.getsource(mod))
-    # Of the package, they import only the backend and the number rules:
-    # not the engines, their fused ops or the C core.
-    assert _imports_of(tree) <= {"_backend", "_numbers"}, mod.__name__
+    # Of the package, they import only the backend, the number rules and the
+    # version (for messages): not the engines, their fused ops or the C core.
+    assert _imports_of(tree) <= {"_backend", "_numbers", "_version"}, mod.__name__
     assert "_backend" in _imports_of(tree), mod.__name__
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}

@@ -286,6 +286,85 @@ def test_fork_while_another_thread_is_inside_backward():
     assert out.strip() == "ok 20"
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_fork_while_threads_are_inside_map_replay_optimizers_and_nn():
+    """Children forked while four threads run Program.map, replay, optimizer
+    steps and nn training use the same (inherited) program, model and
+    optimizer: none hangs on a lock a vanished thread held, and every result
+    is exact."""
+    out = _run("""
+        import os, threading, time
+        import warnings
+        import numpy as np
+        import pygrad
+        from pygrad import Value, nn, optim
+        warnings.simplefilter("ignore", DeprecationWarning)   # 3.12: fork with threads
+
+        x0, x1, w = Value(0.0), Value(0.0), Value(0.5)
+        batch = pygrad.compile((w * x0 - x1).tanh(), inputs=[x0, x1])
+        rows = np.linspace(-1, 1, 20_000).reshape(-1, 2)
+        expected_map = batch.map(rows[:4]).tolist()
+        a = Value(1.5)
+        replay = pygrad.compile((a * a + a).exp())
+        model = nn.MLP(2, [8, 1])
+        params = model.parameters()
+        opt = optim.Adam(params, lr=0.01)
+        stop = False
+
+        def mapping():
+            while not stop:
+                batch.map(rows, grad=np.ones(len(rows)))
+        def replaying():
+            while not stop:
+                replay.forward()
+                replay.backward()
+        def stepping():
+            while not stop:
+                opt.step()
+                opt.zero_grad()
+        def training():
+            m = nn.MLP(2, [8, 8, 1])
+            while not stop:
+                m([0.5, -0.5]).backward()
+        threads = [threading.Thread(target=f, daemon=True)     # a hung child ends the run
+                   for f in (mapping, replaying, stepping, training)]
+        for t in threads:
+            t.start()
+        time.sleep(0.2)
+        ok = 0
+        for i in range(12):
+            pid = os.fork()
+            if pid == 0:
+                good = batch.map(rows[:4]).tolist() == expected_map
+                replay.forward()
+                good = good and replay.forward() == replay.output.data
+                m2 = nn.MLP(2, [3, 1])
+                before = [p.data for p in params]
+                opt.zero_grad()
+                model([1.0, 2.0]).backward()
+                opt.step()
+                good = good and [p.data for p in params] != before
+                m2([1.0, 1.0]).backward()
+                os._exit(0 if good else 3)
+            deadline = time.time() + 30
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                if time.time() > deadline:
+                    os.kill(pid, 9)
+                    raise SystemExit("child %d hung" % i)
+                time.sleep(0.01)
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+            ok += 1
+        stop = True
+        for t in threads:
+            t.join()
+        print("ok", ok)
+    """, timeout=300)
+    assert out.strip() == "ok 12"
+
+
 def test_a_storm_of_interrupts_never_changes_results_or_leaks():
     """KeyboardInterrupt at any point of building (C ops, custom ops, fused
     layers), backward and replay: every completed step still gives the
