@@ -103,11 +103,34 @@ def _watch(lst: Any, items: Sequence[Any], watched: List[Tuple[list, tuple]]) ->
 _bulk_cache: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
 
 
+def _first_seen(params: List[Any]) -> List[Any]:
+    """``params`` with each object once, in first-seen order: tied weights
+    (one Value in two places) are one parameter.  The common case, nothing
+    repeated, costs one C-level pass."""
+    if len(set(map(id, params))) == len(params):
+        return params
+    return list({id(p): p for p in params}.values())
+
+
+def _parameters_of(part: Any) -> List[Any]:
+    """A part's parameters with repeats (deduplicated once, at the top): a
+    part of the user's own may define only ``parameters()``."""
+    every = getattr(part, "_all_parameters", None)
+    return every() if every is not None and type(part).parameters is Module.parameters \
+        else part.parameters()
+
+
 class Module:
     """Base class: ``parameters()`` and ``zero_grad()``, plus bulk numpy
     access and state dicts."""
 
     def parameters(self) -> List[Any]:
+        """Every parameter once, in first-seen order (micrograd's order when
+        no weight is tied)."""
+        return _first_seen(self._all_parameters())
+
+    def _all_parameters(self) -> List[Any]:
+        """The parameters in micrograd's order, a tied one at each place."""
         return []
 
     def _bulk(self) -> Tuple[Backend, Any]:
@@ -223,7 +246,7 @@ class Neuron(Module):
         act = sum((wi * xi for wi, xi in zip(self.w, x)), self.b)
         return act.relu() if self.nonlin else act
 
-    def parameters(self) -> List[Any]:
+    def _all_parameters(self) -> List[Any]:
         return self.w + [self.b]
 
     def __repr__(self) -> str:
@@ -296,8 +319,8 @@ class Layer(Module):
         # alive even if a neuron's list changes.
         return (backend.pack(params), params, nin, len(neurons), nonlin), backend
 
-    def parameters(self) -> List[Any]:
-        return [p for n in self.neurons for p in n.parameters()]
+    def _all_parameters(self) -> List[Any]:
+        return [p for n in self.neurons for p in _parameters_of(n)]
 
     def __getstate__(self) -> Any:
         # The fused cache holds C handles: a copy makes its own.
@@ -378,8 +401,8 @@ class MLP(Module):
         state.pop("_fused", None)
         return state
 
-    def parameters(self) -> List[Any]:
-        return [p for layer in self.layers for p in layer.parameters()]
+    def _all_parameters(self) -> List[Any]:
+        return [p for layer in self.layers for p in _parameters_of(layer)]
 
     def _structure(self) -> List[int]:
         return [len(self.layers[0].neurons[0].w)] + [len(l.neurons) for l in self.layers]

@@ -9,6 +9,7 @@ Adam: g as above;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;
 ``lr`` is a number or a schedule: a callable of the step number (0 for the
 first ``step()``) returning the learning rate.
 """
+import warnings
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
 
 import numpy as np
@@ -34,7 +35,15 @@ class Optimizer:
                             f"{type(params).__name__} itself")
         # A tuple behind a read-only property: the C steps run over handles
         # made here, so the list must not grow or change afterwards.
-        self._params: Tuple[Any, ...] = tuple(params)
+        given = tuple(params)
+        self._params: Tuple[Any, ...] = tuple({id(p): p for p in given}.values())
+        if len(self._params) != len(given):
+            # A tied weight listed twice would be stepped twice (and Adam
+            # would keep two states for it): each is stepped once, as
+            # torch.optim warns about the same.
+            warnings.warn(f"{type(self).__name__} got {len(given) - len(self._params)} "
+                          f"parameter(s) more than once (tied weights?): each is stepped "
+                          f"once", UserWarning, stacklevel=3)
         if not self._params:
             raise ValueError("optimizer got no parameters")
         if not callable(lr):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pygrad import Value as C
-from pygrad import data
+from pygrad import data, nn
 from pygrad.nn import MLP, Layer, Module, Neuron
 from pygrad.reference import Value as R
 
@@ -750,3 +750,55 @@ def test_a_change_that_fails_midway_is_still_seen():
     assert len(w) == 4
     with pytest.raises(ValueError, match="layer expects 4 inputs, got 3"):
         model(x)
+
+
+# -- tied weights ---------------------------------------------------------------
+
+@pytest.mark.parametrize("engine", ["c", "reference"])
+def test_tied_weights_are_one_parameter_in_first_seen_order(engine):
+    layer = nn.Layer(2, 2, engine=engine)
+    untied = layer.parameters()
+    assert len(untied) == 6
+    layer.neurons[1].w = layer.neurons[0].w
+    n0, n1 = layer.neurons
+    assert layer.parameters() == [n0.w[0], n0.w[1], n0.b, n1.b]
+    model = nn.MLP(2, [2, 1], engine=engine)
+    model.layers[1].neurons[0].w[0] = model.layers[0].neurons[0].w[0]
+    params = model.parameters()
+    assert len(params) == 9 - 1 and len({id(p) for p in params}) == len(params)
+    assert params[0] is model.layers[0].neurons[0].w[0]
+
+
+@pytest.mark.parametrize("engine", ["c", "reference"])
+@pytest.mark.parametrize("Opt", ["SGD", "Adam"])
+def test_a_tied_weight_is_stepped_once_by_its_whole_grad(engine, Opt):
+    from pygrad import optim
+    layer = nn.Layer(2, 2, nonlin=False, engine=engine)
+    layer.neurons[1].w = layer.neurons[0].w
+    opt = getattr(optim, Opt)(layer.parameters(), lr=0.1)
+    if Opt == "Adam":
+        assert opt.m.shape == (4,)
+    V = type(layer.neurons[0].b)
+    out = layer([V(1.0), V(2.0)])
+    (out[0] + out[1]).backward()
+    w = layer.neurons[0].w[0]
+    before, grad = w.data, w.grad
+    assert grad == 2.0              # x0 reaches the sum through both neurons
+    opt.step()
+    if Opt == "SGD":
+        assert w.data == before - 0.1 * grad
+    else:                          # Adam's first step moves a parameter by about lr, once
+        assert abs(before - w.data - 0.1) < 1e-6
+
+
+@pytest.mark.parametrize("engine", ["c", "reference"])
+def test_an_optimizer_given_a_parameter_twice_warns_and_steps_it_once(engine):
+    from pygrad import optim
+    V = nn.MLP(1, [1], engine=engine).parameters()[0].__class__
+    p, q = V(1.0), V(2.0)
+    p.grad, q.grad = 1.0, 1.0
+    with pytest.warns(UserWarning, match="got 1 parameter\\(s\\) more than once"):
+        opt = optim.SGD([p, q, p], lr=0.5)
+    assert opt.params == (p, q)
+    opt.step()
+    assert (p.data, q.data) == (0.5, 1.5)
