@@ -107,8 +107,14 @@ def _first_seen(params: List[Any]) -> List[Any]:
     """``params`` with each object once, in first-seen order: tied weights
     (one Value in two places) are one parameter.  The common case, nothing
     repeated, costs one C-level pass."""
-    if len(set(map(id, params))) == len(params):
-        return params
+    try:
+        # A repeated object is always found (a set compares identity first);
+        # a Value type with an equality of its own may only send more lists
+        # down the exact path below.
+        if len(set(params)) == len(params):
+            return params
+    except TypeError:           # a Value type made unhashable by its own __eq__
+        pass
     return list({id(p): p for p in params}.values())
 
 
@@ -320,7 +326,14 @@ class Layer(Module):
         return (backend.pack(params), params, nin, len(neurons), nonlin), backend
 
     def _all_parameters(self) -> List[Any]:
-        return [p for n in self.neurons for p in _parameters_of(n)]
+        out: List[Any] = []
+        for n in self.neurons:
+            if type(n) is Neuron:       # the usual part, without a call per neuron
+                out += n.w
+                out.append(n.b)
+            else:
+                out += _parameters_of(n)
+        return out
 
     def __getstate__(self) -> Any:
         # The fused cache holds C handles: a copy makes its own.

@@ -802,3 +802,17 @@ def test_an_optimizer_given_a_parameter_twice_warns_and_steps_it_once(engine):
     assert opt.params == (p, q)
     opt.step()
     assert (p.data, q.data) == (0.5, 1.5)
+
+
+def test_tied_weights_of_an_unhashable_value_type_are_found_too():
+    class EqValue(C):               # defines __eq__: no __hash__, as some micrograd forks do
+        def __eq__(self, other):
+            return isinstance(other, C) and self.data == other.data
+
+    layer = Layer(2, 2)
+    tied = EqValue(0.5)
+    layer.neurons[0].w[1] = tied
+    layer.neurons[1].w[0] = tied
+    params = layer.parameters()
+    assert len(params) == 5 and sum(p is tied for p in params) == 1
+    assert params.index(tied) == 1
