@@ -81,6 +81,31 @@ def to_size(x: Any, what: str, minimum: int = 1) -> int:
     return int(x)
 
 
+def real_array(x: Any, what: str) -> Any:
+    """``x`` as a contiguous float64 numpy array, for a bulk path (map,
+    Inputs.set, set_data, load_state_dict, to_values): real numbers only,
+    as ``Value()`` takes them.  A TypeError names the path and the dtype
+    (None, strings, complex, ...); numpy would turn None into nan, "1e3"
+    into 1000.0 and drop an imaginary part with only a warning."""
+    import numpy as np
+    try:
+        arr = x if isinstance(x, np.ndarray) else np.asarray(x)
+    except (TypeError, ValueError) as e:        # ragged rows, ...
+        raise TypeError(f"{what} must be an array of real numbers: {e}") from None
+    kind = arr.dtype.kind
+    if kind == "O":             # Python objects: each as Value() takes it
+        flat = [to_real(v, f"each number of {what}") for v in arr.ravel().tolist()]
+        return np.array(flat, dtype=np.float64).reshape(arr.shape)
+    if kind not in "biuf":
+        raise TypeError(f"{what} must hold real numbers (bool, int or float), not "
+                        f"{arr.dtype} ({_KIND_NAMES.get(kind, 'other')})")
+    return np.ascontiguousarray(arr, dtype=np.float64)
+
+
+_KIND_NAMES = {"c": "complex numbers", "U": "strings", "S": "bytes", "M": "datetimes",
+              "m": "time deltas", "V": "raw records"}
+
+
 def is_value(x: Any) -> bool:
     """Whether x is a Value of a micrograd-compatible engine, judged without
     running ``_prev`` (a property of pygrad's Values, which may walk the

@@ -15,6 +15,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import numpy as np
 
 from . import _backend
+from ._numbers import real_array
 
 __all__ = ["make_moons", "make_spiral", "make_xor", "to_values", "signed_labels"]
 
@@ -122,7 +123,7 @@ def to_values(X: Any, value_type: Optional[Callable[[float], Any]] = None) -> Li
     ``value_type`` defaults to ``pygrad.Value``; pass ``pygrad.reference.Value``
     (or micrograd's Value) for another engine.
     """
-    arr = np.asarray(X, dtype=np.float64)
+    arr = real_array(X, "to_values' X")
     if arr.ndim != 2:
         raise ValueError(f"to_values needs a 2-D array (rows of features), got {arr.ndim}-D "
                          f"with shape {arr.shape}")

@@ -32,7 +32,7 @@ from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ._backend import Backend, backend_named, backend_of
-from ._numbers import to_size
+from ._numbers import real_array, to_size
 
 __all__ = ["Module", "Neuron", "Layer", "MLP"]
 
@@ -176,10 +176,13 @@ class Module:
 
     def set_data(self, values: Any) -> None:
         """Set every parameter's data from a 1-d array (``get_data()`` order)."""
+        self._set_data(values, "set_data")
+
+    def _set_data(self, values: Any, what: str) -> None:
         backend, packed = self._bulk()
-        arr = np.ascontiguousarray(values, dtype=np.float64)
+        arr = real_array(values, f"{what}'s values")
         if arr.shape != (len(packed),):
-            raise ValueError(f"set_data needs shape ({len(packed)},), got {arr.shape}")
+            raise ValueError(f"{what} needs shape ({len(packed)},), got {arr.shape}")
         backend.scatter_data(packed, arr)
 
     def state_dict(self) -> Dict[str, np.ndarray]:
@@ -194,7 +197,7 @@ class Module:
         if "structure" in state and list(np.asarray(state["structure"]).tolist()) != self._structure():
             raise ValueError(f"state dict is for a model of shape {np.asarray(state['structure']).tolist()}, "
                              f"this one is {self._structure()}")
-        self.set_data(state["parameters"])
+        self._set_data(state["parameters"], "load_state_dict")
 
     def save(self, path: str) -> None:
         """Write ``state_dict()`` to a ``.npz`` file."""

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Tuple, Unio
 
 
 from ._core import ffi, lib
-from ._numbers import not_a_number
+from ._numbers import not_a_number, real_array
 from ._lifetime import extras
 from .engine import Value
 
@@ -147,7 +147,7 @@ class Program:
             raise TypeError("map() needs the leaves that vary per row: "
                             "compile(output, inputs=[x0, x1, ...])")
         k, ninputs = len(self._outputs), len(self._inputs or ())
-        data = _array(rows, "map's rows")
+        data = real_array(rows, "map's rows")
         if data.ndim == 1 and ninputs == 1:
             data = data.reshape(-1, 1)
         if data.ndim != 2 or data.shape[1] != ninputs:
@@ -156,7 +156,7 @@ class Program:
         n = data.shape[0]
         w = None
         if grad is not None:
-            w = _array(grad, "map's grad")
+            w = real_array(grad, "map's grad")
             if w.shape not in ((n, k),) + (((n,),) if k == 1 else ()):
                 want = f"({n},)" if k == 1 else f"({n}, {k})"
                 per = "row and output" if k > 1 else "row"
@@ -196,13 +196,6 @@ def _values(values: Any, what: str) -> Tuple[Value, ...]:
             raise not_a_number(v, f"{what} must be pygrad.Values (C engine), not "
                                   f"{type(v).__name__}")
     return out
-
-
-def _array(x: Any, what: str) -> np.ndarray:
-    try:
-        return np.ascontiguousarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"{what} must be an array of numbers: {e}") from None
 
 
 def _check(rc: int, bad: int) -> None:
@@ -254,7 +247,7 @@ class Inputs:
 
     def set(self, data: Any) -> None:
         """Set the Values' data from an array of as many numbers (flattened)."""
-        arr = np.ascontiguousarray(data, dtype=np.float64).reshape(-1)
+        arr = real_array(data, "Inputs.set's data").reshape(-1)
         if arr.size != len(self.values):
             raise ValueError(f"Inputs.set needs {len(self.values)} numbers, got {arr.size}")
         lib.pg_scatter_data(self._handles, len(self.values), ffi.from_buffer("double[]", arr))

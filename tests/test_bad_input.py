@@ -289,3 +289,76 @@ def test_handle_backed_lists_are_read_only():
             setattr(obj, name, None)
     assert isinstance(opt.params, tuple) and isinstance(inputs.values, tuple)
     assert program.forward() == 2.0
+
+
+# -- bulk paths check numbers as Value() does ------------------------------------
+
+def _bulk_paths():
+    import numpy as np
+    import pygrad
+    from pygrad import Value, data, nn
+    x = Value(0.0)
+    w = Value(2.0)
+    prog = pygrad.compile(w * x, inputs=[x])
+    inputs = pygrad.Inputs([x])
+    model = nn.MLP(1, [1])                     # 2 parameters
+    return {
+        "map's rows": lambda a: prog.map(np.asarray(a, dtype=object).reshape(-1, 1)
+                                         if isinstance(a, list) else a),
+        "map's grad": lambda a: prog.map([[1.0]], grad=a),
+        "Inputs.set's data": lambda a: inputs.set(a),
+        "set_data's values": lambda a: model.set_data(a * 2 if isinstance(a, list) else a),
+        "load_state_dict's values": lambda a: model.load_state_dict(
+            {"parameters": a * 2 if isinstance(a, list) else a}),
+        "to_values' X": lambda a: data.to_values([a] if isinstance(a, list) else a),
+    }
+
+
+BULK_BAD = {
+    "None": ([None], "NoneType"),
+    "numeric string": (["1e3"], "str"),
+    "complex": ([1 + 2j], "complex"),
+    "string array": ("np:<U3", "strings"),
+    "complex array": ("np:complex128", "complex numbers"),
+}
+
+
+@pytest.mark.parametrize("path", list(_bulk_paths()))
+@pytest.mark.parametrize("bad", list(BULK_BAD))
+def test_bulk_paths_refuse_what_value_refuses(path, bad):
+    """None, numeric strings and complex numbers: Value() raises TypeError,
+    and so does every bulk path, naming itself and the offending type."""
+    import numpy as np
+    value, named = BULK_BAD[bad]
+    if isinstance(value, str) and value.startswith("np:"):
+        dtype = value[3:]
+        value = np.array(["1e3"] if dtype.startswith("<U") else [1 + 2j], dtype=dtype)
+        if path.startswith(("set_data", "load_state")):
+            value = np.repeat(value, 2)
+        if path.startswith(("map's rows", "to_values")):
+            value = value.reshape(1, 1)
+    run = _bulk_paths()[path]
+    with pytest.raises(TypeError) as info:
+        run(value)
+    assert path in str(info.value) and named in str(info.value), str(info.value)
+
+
+def test_value_itself_refuses_the_same():
+    from pygrad import Value
+    for value in (None, "1e3", 1 + 2j):
+        with pytest.raises(TypeError):
+            Value(value)
+
+
+def test_bulk_paths_take_bools_ints_and_real_objects_as_value_does():
+    from fractions import Fraction
+
+    import numpy as np
+    import pygrad
+    from pygrad import Value, data
+    x, w = Value(0.0), Value(2.0)
+    prog = pygrad.compile(w * x, inputs=[x])
+    rows = np.array([[True], [3], [Fraction(1, 2)], [np.int64(-4)]], dtype=object)
+    assert prog.map(rows).tolist() == [2.0 * Value(r[0]).data for r in rows]
+    assert [[v.data for v in row] for row in data.to_values([[True, 2], [Fraction(1, 4), 0]])] \
+        == [[1.0, 2.0], [0.25, 0.0]]
