@@ -18,6 +18,7 @@ from . import _lifetime, _ops
 from ._core import ffi, lib
 from ._lifetime import check as _check
 from ._lifetime import extras, held_fresh as _held_fresh, lists as _lists
+from ._copies import new_leaf
 from ._numbers import real_or_none, value_data
 
 __all__ = ["Value", "settle"]
@@ -600,11 +601,6 @@ def _state(v: Value) -> dict:
 
 
 def _leaf(cls: "type[Value]", data: float, grad: float, label: str, state: Any = None) -> Value:
-    """A new leaf (what a copy or an unpickled Value becomes); a subclass
-    stays a subclass, without its __init__ being called (as pickle does)."""
-    v = cls.__new__(cls)
-    Value.__init__(v, data, label=label)
-    v.grad = grad
-    if state:
-        v.__dict__.update(state)
-    return v
+    """A new leaf (what a copy or an unpickled Value becomes; pickles name
+    this function)."""
+    return new_leaf(Value, cls, data, grad, label, state)

@@ -12,6 +12,7 @@ import math
 import numbers
 from typing import Any, Callable, Iterable, List, Set, Tuple, Union
 
+from ._copies import new_leaf
 from ._numbers import real_or_none, value_data
 
 __all__ = ["Value"]
@@ -166,6 +167,16 @@ class Value:
         self._op = _op
         self.label = label
         self._created = next(_creation_counter)
+
+    def __copy__(self) -> "Value":
+        """A new leaf with the same data, grad, label and attributes (as
+        pygrad.Value's copies: the closures of a graph node stay behind)."""
+        return _leaf(type(self), self.data, self.grad, self.label, dict(self.__dict__))
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """deepcopy and pickle: a new leaf with the same data, grad, label and
+        attributes, as ``pygrad.Value``'s (a closure can't be pickled)."""
+        return _leaf, (type(self), self.data, self.grad, self.label), dict(self.__dict__) or None
 
     @property
     def _prev(self) -> Set["Value"]:
@@ -603,3 +614,9 @@ def logsumexp(values: Iterable[Any]) -> Value:
     if math.isinf(m):
         m = 0.0
     return sum([(v - m).exp() for v in vs]).log() + m
+
+
+def _leaf(cls: "type[Value]", data: float, grad: float, label: str, state: Any = None) -> Value:
+    """A new leaf (what a copy or an unpickled Value becomes; pickles name
+    this function)."""
+    return new_leaf(Value, cls, data, grad, label, state)

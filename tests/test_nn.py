@@ -816,3 +816,38 @@ def test_tied_weights_of_an_unhashable_value_type_are_found_too():
     params = layer.parameters()
     assert len(params) == 5 and sum(p is tied for p in params) == 1
     assert params.index(tied) == 1
+
+
+@pytest.mark.parametrize("engine", ["c", "reference"])
+@pytest.mark.parametrize("protocol", range(0, 6))
+def test_models_and_optimizers_pickle_on_either_engine(engine, protocol):
+    """docs: models and optimizers pickle at any time, on either engine."""
+    import pickle
+
+    from pygrad import optim
+    model = MLP(2, [3, 1], engine=engine)
+    opt = optim.Adam(model.parameters(), lr=0.01)
+    model([1.0, 2.0]).backward()
+    opt.step()
+    model2, opt2 = pickle.loads(pickle.dumps((model, opt), protocol=protocol))
+    assert type(model2.parameters()[0]) is type(model.parameters()[0])
+    assert opt2.params == tuple(model2.parameters())        # still the model's own Values
+    for m, o in ((model, opt), (model2, opt2)):
+        o.zero_grad()
+        m([0.5, -1.0]).backward()
+        o.step()
+    assert [p.data for p in model2.parameters()] == [p.data for p in model.parameters()]
+
+
+def test_a_reference_value_copies_as_a_new_leaf_as_a_c_value_does():
+    import copy
+    import pickle
+    for V in (C, R):
+        a = V(2.0, label="a")
+        a.tag = "kept"
+        y = a * a
+        y.grad = 3.0
+        for clone in (copy.copy(y), copy.deepcopy(y), pickle.loads(pickle.dumps(y))):
+            assert (clone.data, clone.grad, clone._prev, type(clone)) == (4.0, 3.0, set(), V)
+        b = copy.deepcopy(a)
+        assert (b.label, b.tag) == ("a", "kept")
