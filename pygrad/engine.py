@@ -484,6 +484,11 @@ class Value(_ValueBase):
         # op, so that the Values above hold this one (and so the closure).
         if not callable(fn):
             raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
+        if _is_noop(fn) and lib.pg_nkids(self._h) == 0:
+            # micrograd's own default (`lambda: None`) set on a leaf, as code
+            # written for micrograd does to its parameters: it changes nothing,
+            # so the leaf stays a plain C leaf (fast, and compile() takes it).
+            return
         self.__dict__["_backward"] = fn
         _check(lib.pg_set_py_backward(self._h), "a custom op")
 
@@ -593,6 +598,17 @@ def _add_op_methods(cls: type) -> None:
 
 
 _add_op_methods(Value)
+
+
+_NOOP_CODE = (lambda: None).__code__.co_code
+
+
+def _is_noop(fn: Any) -> bool:
+    """Whether ``fn`` is a function of no arguments whose body only returns
+    None (``lambda: None``, ``def f(): pass``)."""
+    code = getattr(fn, "__code__", None)
+    return (code is not None and code.co_code == _NOOP_CODE and code.co_argcount == 0
+            and not getattr(fn, "__closure__", None))
 
 
 def _state(v: Value) -> dict:

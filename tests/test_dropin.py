@@ -261,3 +261,42 @@ def test_a_source_tree_without_the_core_says_how_to_build(tmp_path):
                          capture_output=True, text=True)
     assert out.returncode != 0
     assert "ImportError: pygrad's C core" in out.stderr and "pip install -e ." in out.stderr
+
+
+def test_micrograds_default_backward_set_on_parameters_changes_nothing():
+    """Code written for micrograd sets `p._backward = lambda: None` on its
+    parameters (micrograd's own default): the leaves stay plain C leaves, so
+    backward stays out of record mode and compile() takes the graph, with
+    the same numbers as without it."""
+    import pygrad
+    from pygrad import nn
+    from pygrad._core import lib
+    from pygrad.engine import _D_PY_BACKWARD
+
+    def noop():
+        pass
+
+    results = []
+    for setting in (None, lambda: None, noop):
+        random_state = __import__("random").getstate()
+        __import__("random").seed(3)
+        model = nn.MLP(2, [4, 1])
+        __import__("random").setstate(random_state)
+        if setting is not None:
+            for p in model.parameters():
+                p._backward = setting
+        assert not any(lib.pg_describe(p._h) & _D_PY_BACKWARD for p in model.parameters())
+        out = model([1.0, -2.0])
+        out.backward()
+        results.append([p.grad for p in model.parameters()])
+        pygrad.compile(out)                       # refused for a "node made in Python" before
+    assert results[0] == results[1] == results[2]
+
+
+def test_a_leaf_closure_that_does_something_still_runs():
+    from pygrad import Value
+    calls = []
+    a = Value(2.0)
+    a._backward = lambda: calls.append(a.grad)
+    (a * a).backward()
+    assert calls == [4.0]
