@@ -555,3 +555,19 @@ def test_gradients_match_pytorch_float64():
                 for leaf, t in zip(leaves, ts):
                     tg = t.grad.item() if t.grad is not None else 0.0
                     assert leaf.grad == pytest.approx(tg, rel=1e-12, abs=1e-300), (name, point)
+
+
+def test_what_bit_for_bit_means_for_nan_as_the_readme_says():
+    """README: NaNs agree as NaNs, not by sign or payload; everything else
+    by its 64 bits. The tests' comparison is exactly that."""
+    import struct
+    from pygrad import Value as CValue
+    from pygrad.reference import Value as RValue
+    c, r = (CValue(0.0) / 0.0).data, (RValue(0.0) / 0.0).data
+    assert math.isnan(c) and math.isnan(r) and same_double(c, r)
+    assert not same_double(0.0, -0.0)
+    c, r = CValue(math.inf).sin().data, RValue(math.inf).sin().data
+    assert math.isnan(c) and math.isnan(r)
+    pos, neg = struct.unpack("<d", struct.pack("<Q", 0x7FF8000000000000))[0], \
+        struct.unpack("<d", struct.pack("<Q", 0xFFF8000000000000))[0]
+    assert same_double(pos, neg)
