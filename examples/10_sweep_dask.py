@@ -233,11 +233,15 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="an existing dask scheduler, e.g. tcp://10.0.0.5:8786 "
                         "(default: start a LocalCluster)")
+    p.add_argument("--connect-timeout", metavar="SECONDS", type=float, default=10.0,
+                   help="how long to try reaching --scheduler (default: 10)")
     p.add_argument("--workers", metavar="N", type=int, default=2,
                    help="worker processes of the LocalCluster (default: 2, 1 thread each)")
     args = p.parse_args(argv)
     if args.workers < 1:
         p.error("--workers must be at least 1")
+    if not args.connect_timeout > 0:
+        p.error("--connect-timeout must be positive")
     return args
 
 
@@ -256,7 +260,14 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
           f"{len(spec['seeds'])} seeds = {len(configs)} moons runs of {steps} steps")
     t0 = time.perf_counter()
     if args.scheduler:
-        with Client(args.scheduler) as client:
+        try:
+            client = Client(args.scheduler, timeout=args.connect_timeout)
+        except (OSError, TimeoutError) as e:
+            # dask's own error is a traceback ending in "Timed out trying to connect"
+            raise SystemExit(f"no dask scheduler answered at {args.scheduler} within "
+                             f"{args.connect_timeout:g} s ({type(e).__name__}): start one with "
+                             f"`dask scheduler`, or check the address") from None
+        with client:
             print(f"  on the cluster at {args.scheduler} "
                   f"({len(client.scheduler_info()['workers'])} workers)")
             results, failures = run_sweep(client, configs, steps)

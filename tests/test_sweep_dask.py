@@ -177,3 +177,22 @@ def test_a_killed_worker_is_replaced_and_its_run_retried(client, tmp_path):
         assert_equals_serial(r)
     client.wait_for_workers(2, timeout=30)  # the nanny brought the worker back
     assert killed_pid not in client.run(os.getpid).values()
+
+
+def test_a_wrong_scheduler_address_fails_at_once_with_one_line_naming_it(tmp_path):
+    """Not dask's 30 s wait ending in an uncaught OSError: a SystemExit whose
+    message names the address, after --connect-timeout."""
+    import socket
+    import time
+    with socket.socket() as s:          # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    t0 = time.perf_counter()
+    with pytest.raises(SystemExit) as info:
+        sweep.main(["--quick", "--scheduler", address, "--connect-timeout", "1",
+                    "--out", str(tmp_path)])
+    assert time.perf_counter() - t0 < 20
+    message = str(info.value)
+    assert f"no dask scheduler answered at {address} within 1 s" in message
+    assert "\n" not in message
