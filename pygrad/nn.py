@@ -221,12 +221,34 @@ class Module:
         if name in type(self)._pg_shape:
             _edited()
 
+    # Copies and pickles: a fused cache holds C handles, and its edit number
+    # belongs to this process, so it is never carried; a copy makes its own.
+    def __getstate__(self) -> Any:
+        state = {k: v for k, v in self.__dict__.items() if k != "_fused"}
+        state["_format"] = PICKLE_FORMAT
+        return state
+
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        # A cache is never restored (models pickled by older versions may
-        # hold one): its edit number belongs to another process.
+        found = state.get("_format", 1 if "_backend" not in state and "w" in state else 2)
+        if not 1 <= found <= PICKLE_FORMAT:
+            from ._version import __version__
+            raise ValueError(f"this {type(self).__name__} was pickled in format {found}, which "
+                             f"pygrad {__version__} (format {PICKLE_FORMAT}) can't read: load "
+                             f"it with the pygrad that wrote it")
         for name, value in state.items():
-            if name != "_fused":
+            if name not in _NOT_RESTORED:
                 object.__setattr__(self, name, value)
+        if "w" in state and "_backend" not in state:        # a format 1 neuron
+            object.__setattr__(self, "_backend", backend_of([state["b"]], what="a neuron's bias"))
+
+
+# The pickled form of a model: 1, neurons without their backend (an engine's
+# dot function instead) and layers with packed parameters; 2, with the
+# backend; 3, this one (format-tagged).
+PICKLE_FORMAT = 3
+
+# What a pickle of any format may hold but a model rebuilds for itself.
+_NOT_RESTORED = frozenset({"_format", "_fused", "_dot", "_param_values", "_param_handles"})
 
 
 class Neuron(Module):
@@ -338,12 +360,6 @@ class Layer(Module):
                 out += _parameters_of(n)
         return out
 
-    def __getstate__(self) -> Any:
-        # The fused cache holds C handles: a copy makes its own.
-        state = dict(self.__dict__)
-        state.pop("_fused", None)
-        return state
-
     def _structure(self) -> List[int]:
         return [len(self.neurons[0].w), len(self.neurons)]
 
@@ -410,12 +426,6 @@ class MLP(Module):
             fused.append(args)
         assert backend is not None      # layers is not empty
         return backend.pack_layers(fused), backend
-
-    def __getstate__(self) -> Any:
-        # The fused cache holds C arrays: a copy makes its own.
-        state = dict(self.__dict__)
-        state.pop("_fused", None)
-        return state
 
     def _all_parameters(self) -> List[Any]:
         return [p for layer in self.layers for p in _parameters_of(layer)]
