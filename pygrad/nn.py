@@ -53,6 +53,9 @@ def _tracked_method(name: str) -> Any:
     method = getattr(list, name)
 
     def edit(self: "_Tracked", *args: Any, **kwargs: Any) -> Any:
+        # Recorded before the change too: a Ctrl-C landing after the change
+        # but before the finally's record still leaves every cache stale.
+        _edited()
         try:
             return method(self, *args, **kwargs)
         finally:        # also after a partial change (extend from a failing generator)
@@ -217,9 +220,12 @@ class Module:
     _pg_shape: FrozenSet[str] = frozenset({"__class__"})
 
     def __setattr__(self, name: str, value: Any) -> None:
-        object.__setattr__(self, name, value)
         if name in type(self)._pg_shape:
+            _edited()           # before, as well as after: see _tracked_method
+            object.__setattr__(self, name, value)
             _edited()
+        else:
+            object.__setattr__(self, name, value)
 
     # Copies and pickles: a fused cache holds C handles, and its edit number
     # belongs to this process, so it is never carried; a copy makes its own.
