@@ -27,7 +27,8 @@ op); it is timed forward only, interleaved with the engines, and the
 report gives pygrad's eager forward as a multiple of it.  The "floor + one
 cffi call" row is the same objects, each op also making the call into the
 C core that pygrad's op makes (same entry point, same argument count), but
-with segment 0, which the core refuses at once (after taking its lock):
+with handle 0, which names no node: the core refuses it at once (after
+taking its lock):
 what any Value that makes one cffi API-mode call per op must at least cost.
 
 For each engine and workload, every repeat builds a fresh graph (forward),
@@ -287,18 +288,18 @@ class FloorValue:
 
 class CffiFloorValue(FloorValue):
     """The interpreter floor plus one refused call into the C core per op:
-    the entry point and argument count of pygrad's own op, segment 0 (no
-    segment), so the core returns at once and no node is made."""
+    the entry point and argument count of pygrad's own op, on handle 0 (no
+    node), so the core returns at once and no node is made."""
 
     __slots__ = ()
 
     def __add__(self, o: Any, _vv: Any = lib.pg_binary_ADD,
                 _vk: Any = lib.pg_binary_k_ADD) -> "CffiFloorValue":
         if type(o) is CffiFloorValue:
-            _vv(0, 1, 1)
+            _vv(0, 0)
             d = o.data
         else:
-            _vk(0, 1, o)
+            _vk(0, o)
             d = o
         out = _new(CffiFloorValue)
         out.data = self.data + d
@@ -309,10 +310,10 @@ class CffiFloorValue(FloorValue):
     def __mul__(self, o: Any, _vv: Any = lib.pg_binary_MUL,
                 _vk: Any = lib.pg_binary_k_MUL) -> "CffiFloorValue":
         if type(o) is CffiFloorValue:
-            _vv(0, 1, 1)
+            _vv(0, 0)
             d = o.data
         else:
-            _vk(0, 1, o)
+            _vk(0, o)
             d = o
         out = _new(CffiFloorValue)
         out.data = self.data * d
@@ -321,13 +322,13 @@ class CffiFloorValue(FloorValue):
     __rmul__ = __mul__
 
     def __pow__(self, k: Any, _powk: Any = lib.pg_powk_float) -> "CffiFloorValue":
-        _powk(0, 1, k)
+        _powk(0, k)
         out = _new(CffiFloorValue)
         out.data = self.data ** k
         return out
 
     def relu(self, _relu: Any = lib.pg_unary_RELU) -> "CffiFloorValue":
-        _relu(0, 1)
+        _relu(0)
         out = _new(CffiFloorValue)
         d = self.data
         out.data = 0.0 if d < 0.0 else d
