@@ -1,6 +1,6 @@
 """pygrad's benchmark suite: one command for every workload, engine and tier.
 
-    python benchmarks/run.py            # full run, about 8 minutes on 2 cores
+    python benchmarks/run.py            # full run, about 18 minutes on 2 cores
     python benchmarks/run.py --quick    # under a minute
 
 Workloads and what is compared, all side by side in one run, GC on:
