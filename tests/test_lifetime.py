@@ -196,11 +196,29 @@ def test_a_refused_munmap_keeps_the_mapping_for_reuse():
     assert lib.pg_unmap_failed() - failed == 3
 
 
-def _run(script: str, timeout: float = 120) -> str:
+# For the fork tests' scripts: a child that hangs (on a lock a vanished
+# thread held) fails the run instead of hanging it.
+WAIT_FOR_CHILD = """
+def wait_for_child(pid, i, seconds):
+    import os, time
+    deadline = time.time() + seconds
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.time() > deadline:
+            os.kill(pid, 9)
+            raise SystemExit("child %d hung" % i)
+        time.sleep(0.01)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+"""
+
+
+def _run(script: str, timeout: float = 120, prelude: str = "") -> str:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     # cwd: the tests' folder, where no pygrad source tree can shadow the one
     # under test (the repository root's has no compiled core).
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(script)], capture_output=True,
                          text=True, timeout=timeout, env=env,
                          cwd=os.path.dirname(os.path.abspath(__file__)))
     assert out.returncode == 0, out.stdout + out.stderr
@@ -267,22 +285,13 @@ def test_fork_while_another_thread_is_inside_backward():
                     y = (y * a + 1.0).relu()
                 (a * a + a).backward()
                 os._exit(0 if a.grad == 5.0 else 3)
-            deadline = time.time() + 20
-            while True:
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    break
-                if time.time() > deadline:
-                    os.kill(pid, 9)
-                    raise SystemExit("child %d hung" % i)
-                time.sleep(0.01)
-            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+            wait_for_child(pid, i, 20)
             ok += 1
             time.sleep(0.005)
         stop = True
         t.join()
         print("ok", ok)
-    """)
+    """, prelude=WAIT_FOR_CHILD)
     assert out.strip() == "ok 20"
 
 
@@ -346,22 +355,13 @@ def test_fork_while_threads_are_inside_map_replay_optimizers_and_nn():
                 good = good and [p.data for p in params] != before
                 m2([1.0, 1.0]).backward()
                 os._exit(0 if good else 3)
-            deadline = time.time() + 30
-            while True:
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    break
-                if time.time() > deadline:
-                    os.kill(pid, 9)
-                    raise SystemExit("child %d hung" % i)
-                time.sleep(0.01)
-            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+            wait_for_child(pid, i, 30)
             ok += 1
         stop = True
         for t in threads:
             t.join()
         print("ok", ok)
-    """, timeout=300)
+    """, timeout=300, prelude=WAIT_FOR_CHILD)
     assert out.strip() == "ok 12"
 
 
