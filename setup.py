@@ -7,8 +7,6 @@ import os
 import re
 import sys
 
-from setuptools import setup
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -37,6 +35,10 @@ if os.environ.get("PYGRAD_SANITIZE") == "1":
     options["build"] = {"build_base": os.path.join("build", "sanitize")}
 
 if __name__ == "__main__":      # setuptools runs this file as __main__ too
+    # Imported here: the tests read index_description() where setuptools may
+    # be absent (3.12 and later venvs have none).
+    from setuptools import setup
+
     with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
         readme = f.read()
     setup(
