@@ -61,22 +61,41 @@ def entry_points() -> "list[str]":
     return lines
 
 
-def cdef_source() -> str:
-    header = _read("pygrad.h")
-    body = header.split("/* cdef-begin", 1)[1].split("/* cdef-end */", 1)[0]
-    body = body.split("*/", 1)[1]
+# PYGRAD_TEST_HOOKS=1 builds a test core: one with the fault-injection hooks
+# of csrc/test_hooks.h (.ci/sanitize and .ci/valgrind build one).
+TEST_HOOKS = os.environ.get("PYGRAD_TEST_HOOKS") == "1"
+
+
+def _cdef_part(header: str) -> str:
+    """What lies between a header's cdef-begin and cdef-end markers."""
+    body = _read(header).split("/* cdef-begin", 1)[1].split("/* cdef-end */", 1)[0]
+    return body.split("*/", 1)[1]
+
+
+def test_hook_names() -> "list[str]":
+    """The functions only a test core has (csrc/test_hooks.h)."""
+    code = re.sub(r"/\*.*?\*/", "", _cdef_part("test_hooks.h"), flags=re.S)
+    return re.findall(r"(\w+)\s*\(", code)
+
+
+def cdef_source(test_hooks: bool = TEST_HOOKS) -> str:
+    """The cdef of the core: pygrad.h's, the op codes and entry points, and
+    with test_hooks, the hooks of test_hooks.h."""
     ops = op_codes()
     defines = [f"#define PG_OP_{code} {i}" for i, (code, _, _) in enumerate(ops)]
     defines.append(f"#define PG_OP_COUNT {len(ops)}")
-    return "\n".join(defines) + "\n" + body + "\n".join(entry_points()) + "\n"
+    hooks = _cdef_part("test_hooks.h") if test_hooks else ""
+    return ("\n".join(defines) + "\n" + _cdef_part("pygrad.h") + hooks
+            + "\n".join(entry_points()) + "\n")
 
 
 def compile_args() -> "list[str]":
+    hooks = ["-DPG_TEST_HOOKS"] if TEST_HOOKS else []
     if sys.platform == "win32":
-        return ["/O2", "/fp:precise", "/std:c11"]
+        return ["/O2", "/fp:precise", "/std:c11"] + [h.replace("-", "/", 1) for h in hooks]
     # No fused multiply-add and no fast-math: every double must round as
     # Python's float arithmetic does, so C and the reference engine agree.
-    args = ["-std=c11", "-O3", "-fno-fast-math", "-ffp-contract=off"]
+    args = ["-std=c11", "-O3", "-fno-fast-math", "-ffp-contract=off"] + hooks
     if sys.platform.startswith("linux"):
         args += ["-include", "glibc_versions.h"]   # the manylinux_2_17 tag: see that header
     if os.environ.get("PYGRAD_SANITIZE") == "1":
@@ -96,7 +115,7 @@ ffibuilder = FFI()
 ffibuilder.cdef(cdef_source())
 ffibuilder.set_source(
     "pygrad._core",
-    '#include "pygrad.h"\n'
+    '#include "pygrad.h"\n#include "test_hooks.h"\n'
     f'static const char *pg_build_stamp(void) {{ return "{source_stamp()}"; }}\n',
     sources=[os.path.relpath(os.path.join(CSRC, f), ROOT)
              for f in sorted(os.listdir(CSRC)) if f.endswith(".c")],

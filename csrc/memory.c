@@ -96,7 +96,11 @@ static uint64_t births;
 static pg_seg *newest;             /* tail of the live list (older links) */
 static pg_seg *closed;             /* closed segments not yet settled */
 static uint32_t n_late_py;         /* see pg_set_py_backward */
-static uint32_t seg_cap = PG_MAX_SEGS;   /* pg_limit_segments, for tests */
+#ifdef PG_TEST_HOOKS
+static uint32_t seg_cap = PG_MAX_SEGS;   /* lowered by pg_limit_segments */
+#else
+static const uint32_t seg_cap = PG_MAX_SEGS;
+#endif
 
 /* The calling thread's current segment (0: none yet). */
 static _Thread_local uint32_t current;
@@ -113,10 +117,10 @@ static void close_segment(pg_seg *seg);
 
 #ifndef _WIN32
 /* fork() copies the lock in whatever state another thread left it: take it
- * (and the allocation hook's) around fork, so the child starts with both
+ * (and a test build's hook lock) around fork, so the child starts with both
  * free and the graph consistent. */
-static void fork_prepare(void) { pg_mutex_lock(&lock); pg_alloc_hook_lock(); }
-static void fork_parent(void) { pg_alloc_hook_unlock(); pg_mutex_unlock(&lock); }
+static void fork_prepare(void) { pg_mutex_lock(&lock); pg_test_hooks_lock(); }
+static void fork_parent(void) { pg_test_hooks_unlock(); pg_mutex_unlock(&lock); }
 
 /* A thread that ends closes its current segment, so that it can be
  * settled and recycled.  The key's value is the sid + 1 (NULL: none). */
@@ -476,11 +480,13 @@ uint32_t pg_live_segments(void) {
     return n;
 }
 
+#ifdef PG_TEST_HOOKS
 void pg_limit_segments(uint32_t n) {
     pg_lock();
     seg_cap = n == 0 || n > PG_MAX_SEGS ? PG_MAX_SEGS : n;
     pg_unlock();
 }
+#endif
 
 uint64_t pg_segment_births(void) {
     pg_lock();

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "pygrad.h"
+#include "test_hooks.h"
 
 /*
  * 48 bytes.  Enough to recompute the forward value (op, children, constant)
@@ -119,12 +120,7 @@ static inline double *pg_function_partials(uint32_t *kids, uint32_t n) {
 }
 #define PG_FUNCTION_EDGES(n) (3 * (n) + 2)
 
-/* alloc.c: the core's heap and mappings, through the pg_fail_alloc and
- * pg_fail_unmap test hooks; the hook's lock, taken around fork(). */
-int pg_alloc_fails(void);
-int pg_unmap_fails(void);
-void pg_alloc_hook_lock(void);
-void pg_alloc_hook_unlock(void);
+/* alloc.c: the core's heap (through the test build's failure hook). */
 void *pg_malloc(size_t size);
 void *pg_realloc(void *p, size_t size);
 

@@ -25,7 +25,7 @@ enum pg_op {
 };
 #undef PG_OP
 
-/* cdef-begin: everything up to cdef-end is read by pygrad/_build.py */
+/* cdef-begin: everything up to cdef-end is read by csrc/cffi_build.py */
 
 #define PG_SEG_BITS 12
 #define PG_SEG_NODES 4096
@@ -223,20 +223,10 @@ uint32_t pg_batch_slots(const pg_batch *b);
 int32_t pg_batch_layers(const pg_batch *b);
 void pg_batch_clear(pg_batch *b);
 
-/* Test hook: the n-th heap allocation from now fails (0 disarms), as if
- * the system were out of memory.  Taking a pooled segment counts as an
- * allocation.  pg_fail_alloc_pending is what is left of the countdown: 0
- * once the failure has happened. */
-void pg_fail_alloc(uint32_t n);
-uint32_t pg_fail_alloc_pending(void);
-/* Test hook: the n-th return of a segment mapping to the OS fails (0
- * disarms); the mapping is then kept pooled.  pg_unmap_failed counts them. */
-void pg_fail_unmap(uint32_t n);
+/* Segment mappings the OS refused to take back (kept pooled instead). */
 uint32_t pg_unmap_failed(void);
 
-/* Test hook: at most n live segments (0: the whole handle space), to
- * exhaust the handle space without 2^30 nodes. */
-void pg_limit_segments(uint32_t n);
+/* The fault-injection hooks are in test_hooks.h: only a test build has them. */
 
 /* Accounting, for tests and benchmarks. */
 uint64_t pg_live_nodes(void);

@@ -12,6 +12,11 @@
 - A core built in the checkout (``pip install -e .``) carries a stamp of the
   C sources it was built from.  If ``csrc/`` has changed since, the run stops
   with the command that rebuilds it, rather than testing an old core.
+- The fault-injection tests need a test core (built with
+  ``PYGRAD_TEST_HOOKS=1``; csrc/test_hooks.h) and skip on a production one.
+  With ``PYGRAD_TEST_HOOKS=1`` set while testing, as ``.ci/sanitize`` and
+  ``.ci/valgrind`` do, a core without the hooks stops the run instead, so
+  those tests can't be skipped where they are meant to run.
 """
 import importlib.util
 import os
@@ -52,6 +57,10 @@ if os.environ.get("CI"):
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from pygrad._core import lib
+    if os.environ.get("PYGRAD_TEST_HOOKS") == "1" and not hasattr(lib, "pg_fail_alloc"):
+        pytest.exit(f"PYGRAD_TEST_HOOKS=1, but the core in {UNDER_TEST} has no test hooks: "
+                    "build it with PYGRAD_TEST_HOOKS=1 in the environment.", returncode=4)
     if UNDER_TEST != SOURCE_PACKAGE or not (REPO / "csrc" / "cffi_build.py").exists():
         return      # an installed pygrad: its wheel was built from its own sources
     from pygrad._core import ffi, lib
@@ -63,6 +72,19 @@ def pytest_configure(config: pytest.Config) -> None:
                     returncode=4)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    from pygrad._core import lib
+    if hasattr(lib, "pg_fail_alloc"):
+        return
+    skip = pytest.mark.skip(reason="needs a test core (PYGRAD_TEST_HOOKS=1 at build time; "
+                                   ".ci/sanitize and .ci/valgrind build one)")
+    for item in items:
+        if "test_hooks" in item.keywords:
+            item.add_marker(skip)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
+    from pygrad._core import lib
     where = "this checkout" if UNDER_TEST == SOURCE_PACKAGE else "an installed copy"
-    return f"pygrad {pygrad.__version__} under test: {UNDER_TEST} ({where})"
+    core = "a test core, with fault injection" if hasattr(lib, "pg_fail_alloc") else "a production core"
+    return f"pygrad {pygrad.__version__} under test: {UNDER_TEST} ({where}, {core})"

@@ -1,7 +1,10 @@
 """Running out of memory in C becomes a MemoryError, and the engine stays
 usable.  ``pg_fail_alloc(n)`` makes the n-th heap allocation of the core
 fail; each scenario is run with n = 1, 2, 3, ... until it no longer reaches
-the failure, so every allocation it makes is failed once."""
+the failure, so every allocation it makes is failed once.
+
+The hook exists only in a test core (PYGRAD_TEST_HOOKS=1 at build time;
+.ci/sanitize and .ci/valgrind build one): elsewhere these tests skip."""
 import gc
 import random
 from contextlib import contextmanager
@@ -13,6 +16,8 @@ from pygrad import Value, losses, nn
 from pygrad._core import lib
 
 from helpers import assert_same_doubles, micrograd_style_tanh, square_function
+
+pytestmark = pytest.mark.test_hooks
 
 
 @contextmanager

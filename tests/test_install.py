@@ -1,9 +1,12 @@
 """How pygrad is found at import: a source tree without its core, another
-project's files mixed into the package, and a star import."""
+project's files mixed into the package, a star import, and a production core
+without the test hooks."""
 import pathlib
 import shutil
 import subprocess
 import sys
+
+import pytest
 
 import pygrad
 
@@ -77,3 +80,20 @@ def test_the_version_is_the_changelogs_newest_release():
     released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - (\d{4}-\d\d-\d\d)", changelog.read_text(), re.M)
     assert released, "no dated release in CHANGELOG.md"
     assert released[0][0] == pygrad.__version__, (released[0], pygrad.__version__)
+
+
+def test_a_production_core_carries_no_fault_injection():
+    # The hooks and their lock exist only in a test core (csrc/test_hooks.h):
+    # a production core's allocator is malloc with no countdown to check.
+    # dlsym sees the core's exported C symbols, not only the cdef's.
+    import ctypes
+    from pygrad import _core
+    if hasattr(_core.lib, "pg_fail_alloc"):
+        pytest.skip("a test core (built with PYGRAD_TEST_HOOKS=1)")
+    if sys.platform == "win32":
+        pytest.skip("a DLL exports only its module init")
+    core = ctypes.CDLL(_core.__file__)
+    assert hasattr(core, "pg_malloc")      # the lookup finds what is there
+    for symbol in ("pg_fail_alloc", "pg_fail_unmap", "pg_limit_segments",
+                   "pg_alloc_fails", "pg_unmap_fails", "pg_test_hooks_lock"):
+        assert not hasattr(core, symbol), symbol

@@ -161,6 +161,7 @@ def test_kept_leaves_pack_densely_and_never_open_graph_segments():
     assert lib.pg_live_segments() - segs <= 1
 
 
+@pytest.mark.test_hooks
 def test_a_full_handle_space_says_so():
     keep = []
     lib.pg_limit_segments(lib.pg_live_segments() + 2)
@@ -176,6 +177,7 @@ def test_a_full_handle_space_says_so():
 
 # -- faults --------------------------------------------------------------------------
 
+@pytest.mark.test_hooks
 def test_a_refused_munmap_keeps_the_mapping_for_reuse():
     w = Value(0.5)
     failed = lib.pg_unmap_failed()

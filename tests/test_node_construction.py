@@ -84,6 +84,7 @@ def build_mlp(V, mod):
 BUILDS = [build_dot, build_sum, build_custom, build_layer, build_mlp, build_function]
 
 
+@pytest.mark.test_hooks
 @pytest.mark.parametrize("build", BUILDS, ids=lambda f: f.__name__[6:])
 def test_failed_edge_allocation_changes_nothing(build):
     expected = build(reference.Value, reference)()

@@ -151,9 +151,8 @@ def stub_text(cdef: str) -> str:
     return "".join(out)
 
 
-def _cdef_source() -> str:
-    """cdef_source() of the repository's csrc/cffi_build.py (the wheel does not
-    ship it)."""
+def _build_script():
+    """The repository's csrc/cffi_build.py (the wheel does not ship it)."""
     path = REPO / "csrc" / "cffi_build.py"
     if not (REPO / "csrc" / "pygrad.h").exists():
         pytest.skip("no csrc/ beside the tests")
@@ -161,7 +160,13 @@ def _cdef_source() -> str:
     spec = importlib.util.spec_from_file_location("pygrad_build_script", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.cdef_source()
+    return module
+
+
+def _cdef_source() -> str:
+    """The cdef the stub describes: a test core's, which has the test hooks
+    too (the tests that call them are type-checked like the rest)."""
+    return _build_script().cdef_source(test_hooks=True)
 
 
 def test_core_stub_is_generated_from_the_current_cdef():
@@ -170,13 +175,17 @@ def test_core_stub_is_generated_from_the_current_cdef():
 
 
 def test_core_stub_names_what_the_compiled_core_has():
-    # The stub's names are the extension's, so the build is the stub's cdef.
+    # The stub's names are the extension's, so the build is the stub's cdef;
+    # a production core lacks exactly the test hooks.
     from pygrad._core import lib
     tree = ast.parse(STUB.read_text(encoding="utf-8"))
     lib_class = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "_Lib")
     names = {n.name if isinstance(n, ast.FunctionDef) else n.target.id
              for n in lib_class.body if isinstance(n, (ast.FunctionDef, ast.AnnAssign))}
-    assert names == set(dir(lib))
+    hooks = set(_build_script().test_hook_names())
+    assert hooks == {"pg_fail_alloc", "pg_fail_alloc_pending", "pg_fail_unmap", "pg_limit_segments"}
+    assert names == set(dir(lib)) | hooks
+    assert hooks <= set(dir(lib)) or not hooks & set(dir(lib))
 
 
 def test_installed_package_ships_its_type_information():
@@ -286,5 +295,5 @@ if __name__ == "__main__":
         sys.exit("usage: python tests/test_typing.py --write")
     sys.path.insert(0, str(REPO / "csrc"))
     import cffi_build  # the build script alone: no compiled core needed
-    STUB.write_text(stub_text(cffi_build.cdef_source()), encoding="utf-8")
+    STUB.write_text(stub_text(cffi_build.cdef_source(test_hooks=True)), encoding="utf-8")
     print(f"wrote {STUB}")

@@ -1,0 +1,44 @@
+/*
+ * Fault injection for the tests, compiled only into a test build: building
+ * with PYGRAD_TEST_HOOKS=1 defines PG_TEST_HOOKS and adds the functions
+ * between the cdef markers to the cdef (csrc/cffi_build.py).  .ci/sanitize
+ * and .ci/valgrind build that way; the tests that need a hook skip without
+ * one.  A production core has none of these symbols, and its allocator
+ * calls malloc with no lock and no countdown: the hooks below compile to
+ * constants there.
+ */
+#ifndef PG_TEST_HOOKS_H
+#define PG_TEST_HOOKS_H
+
+#include <stdint.h>
+
+#ifdef PG_TEST_HOOKS
+/* cdef-begin */
+/* The n-th heap allocation from now fails (0 disarms), as if the system
+ * were out of memory.  Taking a pooled segment counts as an allocation.
+ * pg_fail_alloc_pending is what is left of the countdown: 0 once the
+ * failure has happened. */
+void pg_fail_alloc(uint32_t n);
+uint32_t pg_fail_alloc_pending(void);
+/* The n-th return of a segment mapping to the OS fails (0 disarms); the
+ * mapping is then kept pooled, and pg_unmap_failed counts it. */
+void pg_fail_unmap(uint32_t n);
+/* At most n live segments (0: the whole handle space), to exhaust the
+ * handle space without 2^30 nodes. */
+void pg_limit_segments(uint32_t n);
+/* cdef-end */
+
+/* For the core: does this allocation (unmap) fail?  The hooks' lock is
+ * taken around fork() with the graph's. */
+int pg_alloc_fails(void);
+int pg_unmap_fails(void);
+void pg_test_hooks_lock(void);
+void pg_test_hooks_unlock(void);
+#else
+static inline int pg_alloc_fails(void) { return 0; }
+static inline int pg_unmap_fails(void) { return 0; }
+static inline void pg_test_hooks_lock(void) {}
+static inline void pg_test_hooks_unlock(void) {}
+#endif
+
+#endif
