@@ -11,8 +11,9 @@ its state diagram (eight concepts); what Python does in it:
   if nothing else holds it).  In a closed segment a live Value takes a
   claim of its own and moves to the registry, and the list goes.  Closed
   segments settle when a new segment's list is made (``new_list``), and
-  every segment on ``settle()`` (Python-held Values then trade the list for
-  claims, so that a garbage collection sees their cycles).
+  every segment at a full garbage collection (``_at_full_collection``) and
+  on ``settle()`` (Python-held Values then trade the list for claims, so
+  that the collection sees their cycles).
 * **Claims.**  A settled Value holds its node through ``_s``, a claim that
   C releases (a cffi allocator's free, ``pg_claim_free``) when the Value
   dies: no Python code runs then, so an interrupt can't cut a release in
@@ -28,10 +29,12 @@ Every step is ordered so that a KeyboardInterrupt between any two leaves
 nothing unheld: a Value is claimed and registered before its list goes,
 and a segment is marked settled (``pg_settle``) only after that.
 """
+import _thread
 import gc
 import os
 import sys
 import threading
+import time
 import weakref
 from functools import partial
 from itertools import compress, repeat
@@ -94,7 +97,7 @@ def new_list(sid: int) -> List[Any]:
 class Registry:
     """Handle -> claimed Value, by weak reference.  No callbacks (they would
     run Python code as Values die): dead entries are purged when the table
-    has doubled, and before each full garbage collection."""
+    has doubled, and at each full garbage collection."""
 
     __slots__ = ("refs", "live")
 
@@ -233,11 +236,7 @@ def settle() -> None:
     under way), so even nodes whose Value never came (an op interrupted
     between C and Python) go.  Python-held Values leave the lists for
     claims, then a full garbage collection frees the closure cycles no one
-    holds, and a second pass what only they held.
-
-    (No garbage-collection callback does this by itself: Python code run
-    from one meets a Ctrl-C pressed during the collection, and an exception
-    there is lost.)"""
+    holds, and a second pass what only they held."""
     with _lock:
         lib.pg_close_current()
         _settle_closed()
@@ -249,6 +248,63 @@ def settle() -> None:
         registry.purge()
 
 
+def _at_full_collection(phase: str, info: "dict[str, int]") -> None:
+    """A full garbage collection (``gc.collect()``, or Python's own) settles
+    too, so a graph dropped without ``backward()`` is freed by it, as
+    micrograd's (whose closures make cycles) is.  At its start, Python-held
+    Values trade their places in the lists for claims, so this collection
+    frees their cycles; at its stop, a second pass frees what only those
+    cycles held.
+
+    It runs in the middle of whatever allocated: if this thread is in a
+    settle or a lookup already (the lock is its own), or another thread is,
+    it does nothing.  It never closes a segment (an op of this thread may be
+    under way).  Any exception is dropped: every step of a settle is safe to
+    cut short and redo.  A KeyboardInterrupt landing here would be lost
+    (Python reports an exception from a gc callback as unraisable), so it
+    is delivered to the main thread again once the callback is over."""
+    global _collecting
+    if info.get("generation") != 2:
+        return
+    _collecting = True
+    try:
+        if not _lock._is_owned() and _lock.acquire(blocking=False):   # type: ignore[attr-defined]
+            try:
+                _settle_closed()
+                _settle_open(promote=phase == "start")
+                if phase == "stop":
+                    registry.purge()
+            finally:
+                _lock.release()
+    except KeyboardInterrupt:
+        _interrupt_later()
+    except BaseException:   # noqa: B036  (see above: a later settle redoes it)
+        pass
+    finally:
+        _collecting = phase == "start"
+
+
+# From the start of a full collection's first callback to the end of its
+# last: the Python code a collection runs (callbacks, finalizers) may let
+# another thread in anywhere in between.
+_collecting = False
+
+
+def _interrupt_later() -> None:
+    # Raised from this thread (interrupt_main, os.kill), the interrupt would
+    # fire at the next bytecode: still inside the callback.  A helper thread
+    # raises it once the collection is over.
+    def deliver() -> None:
+        while _collecting:
+            time.sleep(0.0002)
+        _thread.interrupt_main()
+    try:
+        threading.Thread(target=deliver, name="pygrad-interrupt", daemon=True).start()
+    except BaseException:   # noqa: B036  (no thread to be had: lost, as Python loses it)
+        pass
+
+
+gc.callbacks.append(_at_full_collection)
 
 
 def lock() -> Any:

@@ -34,8 +34,8 @@ _BITS, _MASK = _lifetime.SEG_BITS, _lifetime.OFFSET_MASK
 def settle() -> None:
     """Free now the nodes whose Values are all gone (it runs a full garbage
     collection too, for custom ops' closure cycles).  pygrad settles by
-    itself as each thread's segment of 4,096 nodes fills; call it to make
-    live-node counts exact, or to free at once a big graph you dropped."""
+    itself as each thread's segment of 4,096 nodes fills and at each full
+    garbage collection; call it to make live-node counts exact."""
     _lifetime.settle()
 
 
