@@ -21,10 +21,12 @@
 #include "node.h"
 
 static uint32_t epoch;
+/* A recorded order's first capacity (it doubles as needed). */
+#define ORDER_START 1024u
 
 static int reserve(pg_sweep *s, size_t need) {
     if (need <= s->cap) return 1;
-    size_t cap = s->cap ? 2 * s->cap : 1024;
+    size_t cap = s->cap ? 2 * s->cap : ORDER_START;
     while (cap < need) cap *= 2;
     uint32_t *p = pg_realloc(s->order, cap * sizeof(uint32_t));
     if (p == NULL) return 0;

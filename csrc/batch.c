@@ -31,6 +31,9 @@
 /* Slots x rows x (data + grad) stays within this, so a block fits cache. */
 #define BLOCK_BYTES (4u << 20)
 #define MAX_BLOCK 256u
+/* Rows a slot is padded by (see pg_batch_compile), and leaves summed at once. */
+#define SLOT_PAD 8u
+#define SUM_LANES 8u
 #define NO_SLOT UINT32_MAX
 
 typedef struct batch {
@@ -143,7 +146,7 @@ static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t
         b->block = block < 1 ? 1 : block > MAX_BLOCK ? MAX_BLOCK : block;
         /* Not a power of two: slots a power of two apart would fall into
          * the same cache sets, and a sweep touches hundreds of them. */
-        b->stride = b->block + 8;
+        b->stride = b->block + SLOT_PAD;
         if (!(PG_ALLOC(b->op, n) && PG_ALLOC(b->variant, n) && PG_ALLOC(b->k, n) && PG_ALLOC(b->nk, n) &&
               PG_ALLOC(b->first_edge, n) && PG_ALLOC(b->x, edges) && PG_ALLOC(b->xs, edges) &&
               PG_ALLOC(b->gx, edges) && PG_ALLOC(b->gxs, edges) && PG_ALLOC(b->zero_slot, nzero) &&
@@ -450,13 +453,13 @@ static void run_block(batch *b, const double *rows, size_t m, double *out, const
         pg_row_rules[b->op[s]].backward(&r);
     }
     /* A leaf used more than once: its row's contributions were summed per
-     * row; add those in row order.  Eight leaves at a time, rows outer, so
-     * the adds don't wait on one another. */
-    for (uint32_t j0 = 0; j0 < b->nsummed; j0 += 8) {
-        uint32_t nj = b->nsummed - j0 < 8 ? b->nsummed - j0 : 8;
-        const double *g[8];
-        double acc[8];
-        double *into[8];
+     * row; add those in row order.  SUM_LANES leaves at a time, rows
+     * outer, so the adds don't wait on one another. */
+    for (uint32_t j0 = 0; j0 < b->nsummed; j0 += SUM_LANES) {
+        uint32_t nj = b->nsummed - j0 < SUM_LANES ? b->nsummed - j0 : SUM_LANES;
+        const double *g[SUM_LANES];
+        double acc[SUM_LANES];
+        double *into[SUM_LANES];
         for (uint32_t j = 0; j < nj; j++) {
             g[j] = b->grad + (size_t)b->summed[j0 + j] * B;
             into[j] = b->summed_into[j0 + j];

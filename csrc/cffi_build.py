@@ -89,13 +89,17 @@ def cdef_source(test_hooks: bool = TEST_HOOKS) -> str:
             + "\n".join(entry_points()) + "\n")
 
 
+# The core compiles without a warning under these (.ci/warnings adds -Werror).
+WARNINGS = ["-Wall", "-Wextra", "-Wshadow", "-Wmissing-prototypes", "-Wconversion"]
+
+
 def compile_args() -> "list[str]":
     hooks = ["-DPG_TEST_HOOKS"] if TEST_HOOKS else []
     if sys.platform == "win32":
         return ["/O2", "/fp:precise", "/std:c11"] + [h.replace("-", "/", 1) for h in hooks]
     # No fused multiply-add and no fast-math: every double must round as
     # Python's float arithmetic does, so C and the reference engine agree.
-    args = ["-std=c11", "-O3", "-fno-fast-math", "-ffp-contract=off"] + hooks
+    args = ["-std=c11", "-O3", "-fno-fast-math", "-ffp-contract=off"] + hooks + WARNINGS
     if sys.platform.startswith("linux"):
         args += ["-include", "glibc_versions.h"]   # the manylinux_2_17 tag: see that header
     if os.environ.get("PYGRAD_SANITIZE") == "1":
@@ -116,6 +120,8 @@ ffibuilder.cdef(cdef_source())
 ffibuilder.set_source(
     "pygrad._core",
     '#include "pygrad.h"\n#include "test_hooks.h"\n'
+    # cffi defines the module's init function without a prototype
+    'PyMODINIT_FUNC PyInit__core(void);\n'
     f'static const char *pg_build_stamp(void) {{ return "{source_stamp()}"; }}\n',
     sources=[os.path.relpath(os.path.join(CSRC, f), ROOT)
              for f in sorted(os.listdir(CSRC)) if f.endswith(".c")],

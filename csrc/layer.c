@@ -60,25 +60,25 @@ INLINE void forward_tile(const pg_layer *L, uint32_t i0, size_t r, double *dump,
     uint32_t j = 0;
     v4 acc[4][2];
     if (L->variant & PG_LINEAR_BIAS) {
-        for (int t = 0; t < 4; t++)
+        for (uint32_t t = 0; t < 4; t++)
             for (int u = 0; u < U; u++) acc[t][u] = splat(L->bias[i0 + t]);
     } else {
         for (int u = 0; u < U; u++) {
             v4 x = load4(L->x[0] + r + 4 * u);
-            for (int t = 0; t < 4; t++) acc[t][u] = splat(w[t * nin]) * x;
+            for (uint32_t t = 0; t < 4; t++) acc[t][u] = splat(w[t * nin]) * x;
         }
         j = 1;
     }
     for (; j < nin; j++) {
         v4 x[2];
         for (int u = 0; u < U; u++) x[u] = load4(L->x[j] + r + 4 * u);
-        for (int t = 0; t < 4; t++) {
+        for (uint32_t t = 0; t < 4; t++) {
             v4 wt = splat(w[t * nin + j]);
             for (int u = 0; u < U; u++) acc[t][u] = acc[t][u] + wt * x[u];
         }
     }
     int relu = (L->variant & PG_ACT_MASK) == PG_ACT_RELU;
-    for (int t = 0; t < 4; t++) {
+    for (uint32_t t = 0; t < 4; t++) {
         double *y = i0 + t < L->m ? L->y + (i0 + t) * L->stride : dump;
         for (int u = 0; u < U; u++) store4(y + r + 4 * u, relu ? relu4(acc[t][u]) : acc[t][u]);
     }

@@ -74,6 +74,8 @@ static size_t os_page(void) {
 }
 #endif
 
+/* Child slots per edge chunk (a chunk holds a longer list whole). */
+#define PG_EDGE_CHUNK 4096u
 /* Freed segments kept mapped for reuse: mapping is a syscall and a page
  * fault per page, while a training loop frees and needs segments steadily. */
 #define PG_POOL_MAX 32
@@ -92,6 +94,7 @@ static uint32_t pool_len;
 static uint64_t live_nodes;
 static uint32_t live_segs;
 static uint32_t unmap_failures;
+static uint32_t advice_refused;     /* madvise calls the OS declined */
 static uint64_t births;
 static pg_seg *newest;             /* tail of the live list (older links) */
 static pg_seg *closed;             /* closed segments not yet settled */
@@ -214,8 +217,16 @@ static int unheld(const pg_node *n) {
     return n->refs == 0 && !(n->flags & (PG_F_FRESH | PG_F_DEAD));
 }
 
-/* Free node h (nothing holds it) and whatever that leaves unheld. */
+static void discard_dead_pages(pg_seg *seg);
+
+/* Free node h (nothing holds it) and whatever that leaves unheld.
+ * A settled segment's nodes that outlived its settling (held by a graph
+ * above) die here: past three quarters dead, its dead pages go back to the
+ * OS too (once per segment, as live only falls; the first PG_DISCARD_MAX
+ * segments of a cascade: the pages are only advice). */
+#define PG_DISCARD_MAX 64u
 static void free_cascade(uint32_t h) {
+    uint32_t discard[PG_DISCARD_MAX], ndiscard = 0;
     pg_N(h)->flags |= PG_F_DEAD;
     pg_N(h)->mark = PG_NO_NODE;
     while (h != PG_NO_NODE) {
@@ -236,9 +247,18 @@ static void free_cascade(uint32_t h) {
         if (n->flags & PG_F_LATE_PY) n_late_py--;
         live_nodes--;
         pg_seg *seg = pg_segtab[h >> PG_SEG_BITS];
-        if (--seg->live == 0 && recyclable(seg)) recycle(seg);
+        if (--seg->live == 0) {
+            if (recyclable(seg)) recycle(seg);
+        } else if (!seg->open && !seg->queued && seg->live == seg->used / 4
+                   && ndiscard < PG_DISCARD_MAX) {
+            discard[ndiscard++] = seg->sid;
+        }
         h = next;
     }
+    /* After the cascade, whose work list runs through dead nodes' marks; a
+     * segment recycled meanwhile has left the table. */
+    for (uint32_t i = 0; i < ndiscard; i++)
+        if (pg_segtab[discard[i]] != NULL) discard_dead_pages(pg_segtab[discard[i]]);
 }
 
 /* Give back to the OS the pages of a closed segment that hold only dead
@@ -261,8 +281,9 @@ static void discard_dead_pages(pg_seg *seg) {
         uintptr_t lo = ((uintptr_t)&seg->nodes[i] + page - 1) & ~(page - 1);
         uintptr_t hi = (uintptr_t)&seg->nodes[j] & ~(page - 1);
         if (j == seg->used) hi = ((uintptr_t)(seg + 1)) & ~(page - 1);
-        /* Advice only: pages it declines stay resident, nothing else changes. */
-        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        /* Advice only: pages it declines stay resident (counted), nothing
+         * else changes. */
+        if (hi > lo && madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) advice_refused++;
         i = j;
     }
 #else
@@ -306,7 +327,7 @@ uint32_t *pg_alloc_edges(uint32_t sid, uint32_t count) {
     pg_seg *seg = pg_segtab[sid];
     pg_edge_chunk *c = seg->edges;
     if (c == NULL || c->cap - c->used < count) {
-        uint32_t cap = count > 4096 ? count : 4096;
+        uint32_t cap = count > PG_EDGE_CHUNK ? count : PG_EDGE_CHUNK;
         c = pg_malloc(sizeof(pg_edge_chunk) + (size_t)cap * sizeof(uint32_t));
         if (c == NULL) return NULL;
         c->used = 0;
@@ -498,6 +519,13 @@ uint64_t pg_segment_births(void) {
 uint32_t pg_unmap_failed(void) {
     pg_lock();
     uint32_t n = unmap_failures;
+    pg_unlock();
+    return n;
+}
+
+uint32_t pg_advice_refused(void) {
+    pg_lock();
+    uint32_t n = advice_refused;
     pg_unlock();
     return n;
 }

@@ -691,9 +691,7 @@ static inline void fast_backward(const pg_step *p, const double *d, double *g, d
 }
 
 /* In a graph whose children sit anywhere in the slot array (replay.c
- * decides), a step's operands are fetched this many steps ahead, so that
- * their cache misses overlap. */
-#define STEP_AHEAD 16
+ * decides), a step's operands are fetched PG_FETCH_AHEAD steps ahead. */
 static inline void fetch_operands(const pg_step *p, const double *d) {
     PG_PREFETCH(&d[p->a]);
     PG_PREFETCH(&d[p->b]);
@@ -707,7 +705,7 @@ void pg_steps_forward(const pg_steps *ps, double *d) {
     pg_node *const *node = ps->node;
     for (size_t i = 0, n = ps->n; i < n; i++) {
         const pg_step *p = &step[i];
-        if (ps->fetch_ahead && i + STEP_AHEAD < n) fetch_operands(&step[i + STEP_AHEAD], d);
+        if (ps->fetch_ahead && i + PG_FETCH_AHEAD < n) fetch_operands(&step[i + PG_FETCH_AHEAD], d);
         if (p->fast != PG_FAST_NONE) {
             fast_forward(p, d);
         } else {
@@ -728,7 +726,7 @@ void pg_steps_backward(const pg_steps *ps, const double *d, double *g) {
     pg_node *const *node = ps->node;
     for (size_t i = ps->n; i-- > 0;) {
         const pg_step *p = &step[i];
-        if (ps->fetch_ahead && i >= STEP_AHEAD) fetch_operands(&step[i - STEP_AHEAD], g);
+        if (ps->fetch_ahead && i >= PG_FETCH_AHEAD) fetch_operands(&step[i - PG_FETCH_AHEAD], g);
         double gs = g[p->s];
         node[i]->grad = gs;
         if (p->fast != PG_FAST_NONE) {

@@ -79,6 +79,10 @@ static inline int pg_program_runs(const pg_node *n) {
     return n->op != PG_OP_CUSTOM || n->kid[0] == 0;
 }
 
+/* How many steps (or leaves) ahead the sweeps fetch what they will read
+ * from scattered memory, so that the cache misses overlap. */
+#define PG_FETCH_AHEAD 16
+
 /* Ask for the cache line at p, to be written soon: the sweeps' prefetch.
  * Only a hint, so nothing where the compiler has no such builtin (MSVC). */
 #if defined(__GNUC__) || defined(__clang__)

@@ -223,8 +223,10 @@ uint32_t pg_batch_slots(const pg_batch *b);
 int32_t pg_batch_layers(const pg_batch *b);
 void pg_batch_clear(pg_batch *b);
 
-/* Segment mappings the OS refused to take back (kept pooled instead). */
+/* Segment mappings the OS refused to take back (kept pooled instead), and
+ * madvise(MADV_DONTNEED) calls it declined (those pages stay resident). */
 uint32_t pg_unmap_failed(void);
+uint32_t pg_advice_refused(void);
 
 /* The fault-injection hooks are in test_hooks.h: only a test build has them. */
 

@@ -93,8 +93,9 @@ static void choose_fast(pg_step *steps, size_t n) {
  * of slots back (a random graph): the sweeps then prefetch (ops.c), which
  * a graph of near neighbours (a chain) would only pay for.  Leaves are
  * left out: they come first, read in order. */
+#define FAR_SLOTS ((uint32_t)(64 * 1024 / sizeof(double)))   /* 64 KiB of slots */
 static int far_apart(const pg_step *steps, size_t n, size_t nleaves) {
-    const uint32_t near = 2 * 4096, interior = (uint32_t)(2 * nleaves);
+    const uint32_t near = FAR_SLOTS, interior = (uint32_t)(2 * nleaves);
     size_t far = 0;
     for (size_t i = 0; i < n; i++) {
         const pg_step *p = &steps[i];
@@ -226,9 +227,8 @@ int32_t pg_compile(uint32_t root, pg_program *p, uint32_t *bad_node) {
 }
 
 /* Leaves sit among the graph's nodes, at irregular distances: fetch ahead. */
-#define AHEAD 16
 static inline void fetch_leaf(const flat *f, size_t j) {
-    if (j + AHEAD < f->nleaves) PG_PREFETCH(f->leaf_node[j + AHEAD]);
+    if (j + PG_FETCH_AHEAD < f->nleaves) PG_PREFETCH(f->leaf_node[j + PG_FETCH_AHEAD]);
 }
 
 static void read_leaves(flat *f) {
