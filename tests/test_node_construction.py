@@ -225,9 +225,17 @@ def test_every_method_op_has_its_entry_points():
                 assert not hasattr(lib, form + code), f"{form}{code} does not fit {op.key}"
 
 
-def _same(c, r, what):
+def _same(c, r, what, c_leaves=(), r_leaves=()):
+    """The results agree bit for bit, and so do the leaves' grads after one
+    backward() on each engine."""
     assert_same_doubles([c.data], [r.data], what)
     assert c._op == r._op, what
+    c.backward()
+    r.backward()
+    assert_same_doubles([v.grad for v in c_leaves], [v.grad for v in r_leaves], f"grads of {what}")
+
+
+_SYMBOLS = {"add": "+", "mul": "*", "sub": "-", "truediv": "/", "pow": "**"}
 
 
 @pytest.mark.parametrize("op", _ops.METHOD_OPS, ids=lambda op: op.key)
@@ -238,37 +246,55 @@ def test_entry_points_agree_with_reference(op):
         if op.arity == 1:
             if name == "__pow__":
                 for k in (2, 3, 0.5, -1.5, True, 2.0):
-                    c, r = Value(x) ** k, reference.Value(x) ** k
-                    _same(c, r, f"{x} ** {k!r}")
-                    c.backward(), r.backward()
+                    cx, rx = Value(x), reference.Value(x)
+                    _same(cx ** k, rx ** k, f"{x} ** {k!r}", [cx], [rx])
                 continue
-            c = getattr(Value(x), name)()
-            r = getattr(reference.Value(x), name)()
-            _same(c, r, f"{name}({x})")
+            cx, rx = Value(x), reference.Value(x)
+            _same(getattr(cx, name)(), getattr(rx, name)(), f"{name}({x})", [cx], [rx])
             continue
-        cases = []
-        cv, rv = Value(x), reference.Value(x)
         if not _rk(name):
-            # Value (op) Value, Value (op) number
-            cases.append((getattr(cv, name)(Value(y)), getattr(rv, name)(reference.Value(y)),
-                          f"V {name} V"))
+            # Value (op) Value
+            cx, rx, cy, ry = Value(x), reference.Value(x), Value(y), reference.Value(y)
+            _same(getattr(cx, name)(cy), getattr(rx, name)(ry), f"V {name} V", [cx, cy], [rx, ry])
         if name != "_pow_value":        # takes Values only (__pow__ picks it)
-            cases.append((getattr(cv, name)(y), getattr(rv, name)(y), f"V {name} {y}"))
-        for c, r, what in cases:
-            _same(c, r, what)
+            # Value (op) number
+            cx, rx = Value(x), reference.Value(x)
+            _same(getattr(cx, name)(y), getattr(rx, name)(y), f"V {name} {y}", [cx], [rx])
     # operators as written, each operand order
-    sym = {"add": "+", "mul": "*", "sub": "-", "truediv": "/", "pow": "**"}
     dunder = op.methods[0].name.strip("_")
-    if op.arity == 2 and dunder in sym or op.key == "pow":
-        s = sym["pow" if op.key == "pow" else dunder]
+    if op.arity == 2 and dunder in _SYMBOLS or op.key == "pow":
+        s = _SYMBOLS["pow" if op.key == "pow" else dunder]
         a, b = abs(x), y
-        for lhs, rhs in ((f"Value({a})", f"Value({b})"), (f"Value({a})", repr(b)),
-                         (repr(a), f"Value({b})")):
-            c = eval(f"{lhs} {s} {rhs}", {"Value": Value})
-            r = eval(f"{lhs} {s} {rhs}", {"Value": reference.Value})
-            _same(c, r, f"{lhs} {s} {rhs}")
-            c.backward()
-            r.backward()
+        for lhs, rhs in (("va", "vb"), ("va", repr(b)), (repr(a), "vb")):
+            c_leaves, r_leaves = [Value(a), Value(b)], [reference.Value(a), reference.Value(b)]
+            c = eval(f"{lhs} {s} {rhs}", dict(zip(("va", "vb"), c_leaves)))
+            r = eval(f"{lhs} {s} {rhs}", dict(zip(("va", "vb"), r_leaves)))
+            _same(c, r, f"{lhs} {s} {rhs} (va = {a}, vb = {b})", c_leaves, r_leaves)
+
+
+@pytest.mark.parametrize("where", ["data", "grad"])
+def test_a_perturbed_rule_fails_the_comparison(monkeypatch, where):
+    # The comparison above can fail: a product whose forward or gradient
+    # rule is off by one ulp on the oracle's side is caught.
+    real = reference.Value.__mul__
+
+    def perturbed(self, other):
+        out = real(self, other)
+        if where == "data":
+            out.data = math.nextafter(out.data, math.inf)
+            return out
+        rule = out._backward
+
+        def _backward():
+            rule()
+            self.grad = math.nextafter(self.grad, math.inf)
+        out._backward = _backward
+        return out
+
+    monkeypatch.setattr(reference.Value, "__mul__", perturbed)
+    mul = next(op for op in _ops.METHOD_OPS if op.key == "mul")
+    with pytest.raises(AssertionError, match="grads of" if where == "grad" else "V __mul__"):
+        test_entry_points_agree_with_reference(mul)
 
 
 def test_number_operands_of_every_kind():
