@@ -43,9 +43,6 @@ class Backend:
 
     __slots__ = ("name", "Value", "dot", "sum", "logsumexp")
 
-    #: Whether ``pack`` makes C handles (bulk operations are single C calls).
-    has_handles = False
-
     def __init__(self, name: str, value: type, dot: Any, sum_: Any, logsumexp: Any) -> None:
         self.name = name
         self.Value = value
@@ -192,7 +189,6 @@ class _CBackend(Backend):
     """The C engine: bulk operations are one C call over the Values' handles."""
 
     __slots__ = ()
-    has_handles = True
 
     def pack(self, values: Iterable[Any]) -> Any:
         return ffi.new("uint32_t[]", [v._h for v in values])
@@ -237,11 +233,11 @@ class _CBackend(Backend):
         if len(xs) != nin:
             raise ValueError(f"layer expects {nin} inputs, got {len(xs)}")
         act = lib.PG_ACT_RELU if nonlin else lib.PG_ACT_NONE
-        return _engine._make_layer(act, packed_params, self.pack(xs), nin, nout, params, xs)
+        return _engine.make_layer(act, packed_params, self.pack(xs), nin, nout, params, xs)
 
     def leaves(self, data: Sequence[float]) -> List[Any]:
         # Made in bulk, one C call per segment's worth.
-        return _engine._make_leaves(data) if data else []
+        return _engine.make_leaves(data) if data else []
 
     def pack_layers(self, layers: Sequence[tuple]) -> Any:
         layers = super().pack_layers(layers)
@@ -262,13 +258,13 @@ class _CBackend(Backend):
         xs: List[Any] = [v if isinstance(v, V) else V(v) for v in x]
         if len(xs) != sizes[0]:
             raise ValueError(f"layer expects {sizes[0]} inputs, got {len(xs)}")
-        out = _engine._make_mlp(nlayers, acts, params, sizes, self.pack(xs), sizes[nlayers])
+        out = _engine.make_mlp(nlayers, acts, params, sizes, self.pack(xs), sizes[nlayers])
         # Over a Python-held node, layer by layer (each output's Value holds its inputs').
         return super().fused_layers(layers, xs) if out is None else out
 
     def make_function(self, name: str, data: float, values: Sequence[Any],
                       partials: Sequence[float]) -> Any:
-        return _engine._make_function(data, self.pack(values), ffi.new("double[]", list(partials)),
+        return _engine.make_function(data, self.pack(values), ffi.new("double[]", list(partials)),
                                       len(values), name, tuple(values))
 
 

@@ -93,12 +93,15 @@ def _run(h: int, n: int, kids: Optional[Callable[[int], tuple]] = None) -> "list
     return values
 
 
-def _make_nary(op: int, variant: int, handles: Any, n: int, kids: tuple = ()) -> "Value":
+# -- the node factory the rest of the package builds with (_backend for nn,
+# functional, data, Function): package-internal, so not in __all__ --------------
+
+def make_nary(op: int, variant: int, handles: Any, n: int, kids: tuple = ()) -> "Value":
     """A fused n-ary node over the given C array of handles (of ``kids``)."""
     return _create(lib.pg_nary, kids, op, variant, handles, n)
 
 
-def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
+def make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
                 param_values: "Sequence[Value]" = (), xs: "Sequence[Value]" = ()) -> "list[Value]":
     """nout fused LINEAR nodes over shared inputs (pygrad.nn.Layer)."""
     rc = lib.pg_linear_layer(act, params, x, nin, nout)
@@ -111,7 +114,7 @@ def _make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
     return _run(_HELD - rc, nout, lambda j: tuple(param_values[j * k:(j + 1) * k]) + inputs)
 
 
-def _make_mlp(nlayers: int, acts: Any, params: Any, sizes: Any, x: Any,
+def make_mlp(nlayers: int, acts: Any, params: Any, sizes: Any, x: Any,
               nout: int) -> "Optional[list[Value]]":
     """The layers of a fused MLP in one C call (pg_mlp): the hidden layers'
     outputs are nodes without Values (``_prev`` makes them on demand); the
@@ -123,7 +126,7 @@ def _make_mlp(nlayers: int, acts: Any, params: Any, sizes: Any, x: Any,
     return _run(_check(rc, "a model's layers"), nout)
 
 
-def _make_leaves(data: "Sequence[float]") -> "list[Value]":
+def make_leaves(data: "Sequence[float]") -> "list[Value]":
     """Leaves holding ``data`` (pygrad.data.to_values), one C call per
     segment's worth."""
     buf = ffi.new("double[]", data)
@@ -135,7 +138,7 @@ def _make_leaves(data: "Sequence[float]") -> "list[Value]":
     return values
 
 
-def _make_function(data: float, kids: Any, partials: Any, n: int, name: str,
+def make_function(data: float, kids: Any, partials: Any, n: int, name: str,
                    values: tuple = ()) -> "Value":
     """A pygrad.Function node with its captured partials."""
     out = _create(lib.pg_function, values, data, kids, partials, n)

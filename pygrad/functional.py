@@ -29,7 +29,7 @@ def _as_value(v: object, what: str) -> Value:
 
 def _node(op: int, variant: int, values: "list[Value]") -> Value:
     handles = ffi.new("uint32_t[]", [v._h for v in values])
-    return engine._make_nary(op, variant, handles, len(values), tuple(values))
+    return engine.make_nary(op, variant, handles, len(values), tuple(values))
 
 
 def dot(w: Sequence[Value], x: Sequence[object], b: Optional[object] = None,

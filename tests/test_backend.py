@@ -294,3 +294,28 @@ def test_engine_keyword_reaches_every_parameter():
     assert all(type(p) is RValue for p in model.parameters())
     assert all(not n.fused for layer in model.layers for n in layer.neurons)
     assert all(type(p) is CValue for p in nn.MLP(2, [3, 1]).parameters())
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    # The engine offers the rest of the package its node factory as
+    # make_* (engine.py); a `module._name` across modules would bypass it.
+    import pathlib
+    package = pathlib.Path(engine.__file__).parent
+    modules = {p.stem for p in package.glob("*.py")} | {"_core"}
+    found = []
+    for path in sorted(package.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("pygrad")):
+                for a in node.names:
+                    if a.name in modules:
+                        aliases.add(a.asname or a.name)
+                    elif a.name.startswith("_") and not a.name.startswith("__"):
+                        found.append(f"{path.name}: from {node.module} import {a.name}")
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in aliases and node.value.id != "_core"
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                found.append(f"{path.name}:{node.lineno}: {node.value.id}.{node.attr}")
+    assert found == []
