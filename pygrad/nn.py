@@ -27,7 +27,7 @@ import itertools
 import operator
 import random
 import weakref
-from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -87,11 +87,33 @@ def _moved(watched: Sequence[Tuple[list, tuple]]) -> bool:
     return False
 
 
-def _stale(cache: Optional[tuple]) -> bool:
-    """Whether a fused cache ``(edits, packed, backend, watched)`` must be
-    rebuilt: never built, built before the latest edit, or a list of the
-    user's own has changed since."""
-    return cache is None or cache[0] != _edits or bool(cache[3] and _moved(cache[3]))
+class _FusedCache(NamedTuple):
+    """What a Layer or MLP fuses, as read from the model at edit number
+    ``edits``: the backend's arguments (None: the model runs part by part),
+    the backend, and the lists of the user's own it was read from."""
+
+    edits: int
+    args: Any
+    backend: Any
+    watched: List[Tuple[list, tuple]]
+
+
+def _stale(cache: Optional[_FusedCache]) -> bool:
+    """Whether a fused cache must be rebuilt: never built, built before the
+    latest edit, or a list of the user's own has changed since."""
+    return (cache is None or cache.edits != _edits
+            or bool(cache.watched and _moved(cache.watched)))
+
+
+def _fused_cache(model: Any) -> _FusedCache:
+    """``model._fused``, rebuilt by ``model._pack_fused`` if stale."""
+    cache = model._fused
+    if _stale(cache):
+        edits = _edits          # before reading the model: an edit meanwhile rebuilds
+        watched: List[Tuple[list, tuple]] = []
+        args, backend = model._pack_fused(watched)
+        cache = model._fused = _FusedCache(edits, args, backend, watched)
+    return cache
 
 
 def _watch(lst: Any, items: Sequence[Any], watched: List[Tuple[list, tuple]]) -> None:
@@ -295,9 +317,7 @@ class Layer(Module):
     whole layer is one C call."""
 
     _pg_shape = frozenset({"__class__", "neurons"})
-    # (_edits when built, the fused_layer arguments or None, the backend,
-    # the user's own lists to watch): see _fused_cache.
-    _fused: Any = None
+    _fused: "Optional[_FusedCache]" = None
 
     def __init__(self, nin: int, nout: int, *, nonlin: bool = True, fused: bool = True,
                  engine: str = "c") -> None:
@@ -306,28 +326,19 @@ class Layer(Module):
                                  for _ in range(to_size(nout, "nout"))])
 
     def __call__(self, x: Sequence[Any]) -> Any:
-        _, fused, backend, _ = self._fused_cache()
-        if fused is not None:
-            packed, params, nin, nout, nonlin = fused
-            out = backend.fused_layer(packed, params, x, nin, nout, nonlin)
+        cache = _fused_cache(self)
+        if cache.args is not None:
+            packed, params, nin, nout, nonlin = cache.args
+            out = cache.backend.fused_layer(packed, params, x, nin, nout, nonlin)
         else:
             out = [n(x) for n in self.neurons]
         return out[0] if len(out) == 1 else out
 
-    def _fused_cache(self) -> tuple:
-        """``(edits, args, backend, watched)``: ``args``, the backend's
-        fused_layer arguments ``(packed_params, params, nin, nout, nonlin)``
-        without ``x``, or None if this layer runs neuron by neuron."""
-        cache = self._fused
-        if _stale(cache):
-            edits = _edits          # before reading the model: an edit meanwhile rebuilds
-            watched: List[Tuple[list, tuple]] = []
-            cache = self._fused = (edits,) + self._pack_fused(watched) + (watched,)
-        return cache
-
     def _pack_fused(self, watched: List[Tuple[list, tuple]]) -> Tuple[Optional[tuple], Any]:
-        """The fused_layer arguments and the backend (see _fused_cache);
-        lists of the user's own that they were read from go to ``watched``."""
+        """The backend's fused_layer arguments ``(packed_params, params, nin,
+        nout, nonlin)`` without ``x`` (None if this layer runs neuron by
+        neuron), and the backend; lists of the user's own that they were
+        read from go to ``watched``."""
         # Each list is read once, into a tuple: another thread changing the
         # model meanwhile can't make the weights disagree with nin and nout.
         neurons = tuple(self.neurons)
@@ -377,10 +388,8 @@ class MLP(Module):
     """Layers of sizes ``[nin] + nouts``; ReLU on all but the last."""
 
     _pg_shape = frozenset({"__class__", "layers"})
-    # (_edits when built, packed, backend, the user's own lists to watch) of
-    # the fused pass: see __call__.
     # A class default, so that models pickled before it existed load and run.
-    _fused: Any = None
+    _fused: "Optional[_FusedCache]" = None
 
     def __init__(self, nin: int, nouts: Sequence[int], *, fused: bool = True,
                  engine: str = "c") -> None:
@@ -396,14 +405,10 @@ class MLP(Module):
                                 for i in range(len(nouts))])
 
     def __call__(self, x: Sequence[Any]) -> Any:
-        cache = self._fused
-        if _stale(cache):
-            edits = _edits          # before reading the model: an edit meanwhile rebuilds
-            watched: List[Tuple[list, tuple]] = []
-            cache = self._fused = (edits,) + self._pack_fused(watched) + (watched,)
-        if cache[1] is not None:
+        cache = _fused_cache(self)
+        if cache.args is not None:
             # One pass in C: the hidden layers' outputs never become Values.
-            out = cache[2].fused_layers(cache[1], x)
+            out = cache.backend.fused_layers(cache.args, x)
             return out[0] if len(out) == 1 else out
         for layer in self.layers:
             x = layer(x)
@@ -422,14 +427,14 @@ class MLP(Module):
         for layer in layers:
             if type(layer).__call__ is not Layer.__call__ or not isinstance(layer, Layer):
                 return None, None
-            _, args, lb, layer_watched = layer._fused_cache()
-            if args is None:
+            part = _fused_cache(layer)
+            if part.args is None:
                 return None, None
-            watched.extend(layer_watched)
-            if backend is not None and lb is not backend:
+            watched.extend(part.watched)
+            if backend is not None and part.backend is not backend:
                 return None, None
-            backend = lb
-            fused.append(args)
+            backend = part.backend
+            fused.append(part.args)
         assert backend is not None      # layers is not empty
         return backend.pack_layers(fused), backend
 
