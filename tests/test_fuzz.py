@@ -86,11 +86,13 @@ from pygrad._core import lib
 from pygrad import _lifetime
 from pygrad._lifetime import extras
 
+import internals
 from helpers import micrograd_style_tanh, same_double, show
 
 C, R = pygrad.Value, ref.Value
 
 import collections
+
 STATS = collections.Counter()
 MAX_PAIRS = 16          # keep graphs small
 EXAMPLES = 15          # the default run (about half of its 90 s); the slow run takes SLOW_EXAMPLES
@@ -620,7 +622,7 @@ def zero_graph(c, r):
         if id(v) not in seen:
             seen[id(v)] = v
             v.grad = 0.0
-            lib.pg_zero_hidden(v._h)
+            internals.zero_hidden_grad(v)
             stack.extend(v._prev)
 
 
@@ -701,7 +703,7 @@ class EngineMachine(RuleBasedStateMachine):
         super().__init__()
         gc.collect()
         pygrad.engine.settle()
-        self.live_before = lib.pg_live_nodes()
+        self.live_before = internals.live_nodes()
         self.pairs = []                     # [(C Value, reference Value, description)]
         self.layers = []                    # [(C Layer, reference Layer)]
         self.programs = []                  # [(Program, reference root, description)]
@@ -1241,7 +1243,7 @@ class EngineMachine(RuleBasedStateMachine):
         gc.collect()
         if sys.exc_info()[1] is not None:
             return      # a step failed: its traceback still holds that step's Values
-        live = lib.pg_live_nodes()
+        live = internals.live_nodes()
         assert live <= self.live_before, (        # settle() makes the count exact
             f"{live - self.live_before} C nodes still live after dropping everything")
 

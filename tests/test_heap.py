@@ -21,6 +21,7 @@ from pygrad import Value, _lifetime, engine, nn
 from pygrad._core import lib
 
 from helpers import micrograd_style_tanh
+import internals
 
 _tanh = micrograd_style_tanh(Value)
 
@@ -28,7 +29,7 @@ _tanh = micrograd_style_tanh(Value)
 def live() -> int:
     gc.collect()
     engine.settle()
-    return lib.pg_live_nodes()
+    return internals.live_nodes()
 
 
 def walk(root):
@@ -74,7 +75,7 @@ def test_prev_hands_out_held_values_in_open_closed_and_settled_segments():
     a, b = Value(2.0), Value(3.0)
     c = a * b
     assert c._prev == {a, b} and all(v in (a, b) for v in c._prev)
-    lib.pg_close_current()               # c's segment closes: settled by the next one
+    internals.close_current_segment()               # c's segment closes: settled by the next one
     d = c + 1.0
     e = d * a
     assert any(v is c for v in d._prev)
@@ -94,11 +95,11 @@ def test_identity_holds_after_gc_freeze():
         assert c in d._prev and a in c._prev
         first = walk(d)
         assert all(x is y for x, y in zip(first, walk(d)))
-        before = lib.pg_live_nodes()
+        before = internals.live_nodes()
         del first, d, c
         gc.collect()
         engine.settle()
-        assert lib.pg_live_nodes() < before           # frozen or not, dropped goes
+        assert internals.live_nodes() < before           # frozen or not, dropped goes
     finally:
         gc.unfreeze()
 
@@ -155,18 +156,18 @@ def mul_chain(n: int) -> Value:
 def test_a_graph_dropped_without_backward_is_freed_by_its_segment_or_settle():
     before = live()
     y = mul_chain(50_000)
-    assert lib.pg_live_nodes() - before >= 100_000
+    assert internals.live_nodes() - before >= 100_000
     del y
     engine.settle()
-    assert lib.pg_live_nodes() == before
+    assert internals.live_nodes() == before
     # without settle(): what a dropped graph keeps is its thread's open
     # segment, settled as the thread goes on
     y = mul_chain(50_000)
     del y
     z = Value(1.0)
-    for _ in range(lib.PG_SEG_NODES):
+    for _ in range(internals.SEG_NODES):
         z = z + 1.0
-    assert lib.pg_live_nodes() - before <= 4 * lib.PG_SEG_NODES
+    assert internals.live_nodes() - before <= 4 * internals.SEG_NODES
 
 
 def test_micrograd_style_custom_graphs_hold_flat_memory_without_settle():
@@ -180,9 +181,9 @@ def test_micrograd_style_custom_graphs_hold_flat_memory_without_settle():
     gc.collect()
     gc.collect()
     # what is left is the last segments' worth, not thirty graphs
-    assert lib.pg_live_nodes() - before <= 3 * lib.PG_SEG_NODES
+    assert internals.live_nodes() - before <= 3 * internals.SEG_NODES
     engine.settle()
-    assert lib.pg_live_nodes() == before
+    assert internals.live_nodes() == before
 
 
 def test_a_dropped_graph_is_freed_by_gc_collect_as_micrographs_is():
@@ -191,19 +192,19 @@ def test_a_dropped_graph_is_freed_by_gc_collect_as_micrographs_is():
     # settles), whether its top is in an open segment or not.
     before = live()
     y = mul_chain(50_000)
-    assert lib.pg_live_nodes() - before >= 100_000
+    assert internals.live_nodes() - before >= 100_000
     del y
     gc.collect()
-    assert lib.pg_live_nodes() == before
+    assert internals.live_nodes() == before
     # custom ops (Python-held, closure cycles): freed by one collection too
     y = Value(0.3)
     for _ in range(3_000):
         y = _tanh(y * 0.9 + 0.1)
     y.backward()
-    assert lib.pg_live_nodes() - before >= 9_000
+    assert internals.live_nodes() - before >= 9_000
     del y
     gc.collect()
-    assert lib.pg_live_nodes() == before
+    assert internals.live_nodes() == before
 
 
 def test_a_collection_started_inside_pygrads_bookkeeping_waits_for_a_later_one():
@@ -212,9 +213,9 @@ def test_a_collection_started_inside_pygrads_bookkeeping_waits_for_a_later_one()
     del y
     with _lifetime.lock():           # as if the collection began inside a lookup
         gc.collect()
-    assert lib.pg_live_nodes() - before >= 20_000
+    assert internals.live_nodes() - before >= 20_000
     gc.collect()
-    assert lib.pg_live_nodes() == before
+    assert internals.live_nodes() == before
 
 
 def test_a_ctrl_c_during_the_collection_callback_is_delivered_after_it(monkeypatch):
@@ -249,7 +250,7 @@ def test_a_ctrl_c_during_the_collection_callback_is_delivered_after_it(monkeypat
 
 def test_backward_does_not_record_for_a_custom_op_elsewhere():
     keep = _tanh(Value(0.3))             # a closure alive, not below the root
-    assert lib.pg_flags(keep._h) & lib.PG_F_PY_BACKWARD
+    assert internals.runs_python_backward(keep)
     x = Value(2.0)
     y = x * x
     sweeps = []
@@ -434,10 +435,10 @@ def test_a_falsy_value_subclass_is_settled_as_any_value():
         def __bool__(self):
             return False
 
-    keep = [Falsy(1.0) for _ in range(lib.PG_SEG_NODES + 10)]   # fills a segment
-    for _ in range(lib.PG_SEG_NODES):
+    keep = [Falsy(1.0) for _ in range(internals.SEG_NODES + 10)]   # fills a segment
+    for _ in range(internals.SEG_NODES):
         Value(2.0) * 3.0
     gc.collect()
     engine.settle()
     assert all(v.data == 1.0 for v in keep)
-    assert lib.pg_live_nodes() >= len(keep)
+    assert internals.live_nodes() >= len(keep)

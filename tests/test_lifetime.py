@@ -16,6 +16,7 @@ from pygrad import Value, engine
 from pygrad._core import lib
 
 from helpers import micrograd_style_tanh
+import internals
 
 
 def live() -> int:
@@ -23,7 +24,7 @@ def live() -> int:
     custom ops (gc), and nodes whose Values are gone (settle)."""
     gc.collect()
     engine.settle()
-    return lib.pg_live_nodes()
+    return internals.live_nodes()
 
 
 def chain(w: Value, rounds: int, keep_at: int = -1):
@@ -49,7 +50,7 @@ def test_keeping_a_leaf_made_before_backward_pins_only_that_leaf():
         del y
     assert live() - before == 100
     # Each kept leaf may keep the address space of its segment, no more.
-    assert lib.pg_live_segments() <= 100 + 4
+    assert internals.live_segments() <= 100 + 4
 
 
 def test_keeping_an_early_interior_node_pins_exactly_its_subgraph():
@@ -152,22 +153,22 @@ def test_gradients_through_python_held_nodes_are_the_reference_engines():
 # -- the handle space -------------------------------------------------------------
 
 def test_kept_leaves_pack_densely_and_never_open_graph_segments():
-    segs = lib.pg_live_segments()
-    keep = [Value(float(i)) for i in range(3 * lib.PG_SEG_NODES)]
-    assert lib.pg_live_segments() - segs <= 4
-    assert keep[-1].data == 3 * lib.PG_SEG_NODES - 1
+    segs = internals.live_segments()
+    keep = [Value(float(i)) for i in range(3 * internals.SEG_NODES)]
+    assert internals.live_segments() - segs <= 4
+    assert keep[-1].data == 3 * internals.SEG_NODES - 1
     del keep
     gc.collect()
-    assert lib.pg_live_segments() - segs <= 1
+    assert internals.live_segments() - segs <= 1
 
 
 @pytest.mark.test_hooks
 def test_a_full_handle_space_says_so():
     keep = []
-    lib.pg_limit_segments(lib.pg_live_segments() + 2)
+    lib.pg_limit_segments(internals.live_segments() + 2)
     try:
         with pytest.raises(MemoryError, match="handle space is full"):
-            for _ in range(4 * lib.PG_SEG_NODES):
+            for _ in range(4 * internals.SEG_NODES):
                 keep.append(Value(1.0))
     finally:
         lib.pg_limit_segments(0)
@@ -180,22 +181,22 @@ def test_a_full_handle_space_says_so():
 @pytest.mark.test_hooks
 def test_a_refused_munmap_keeps_the_mapping_for_reuse():
     w = Value(0.5)
-    failed = lib.pg_unmap_failed()
+    failed = internals.unmap_failed()
     for n in range(1, 4):
         lib.pg_fail_unmap(n)
-        y, _ = chain(w, 60 * lib.PG_SEG_NODES // 3)   # more segments than the pool keeps
+        y, _ = chain(w, 60 * internals.SEG_NODES // 3)   # more segments than the pool keeps
         y.backward()
         expected = w.grad
         del y
         engine.settle()
         lib.pg_fail_unmap(0)
         w.grad = 0.0
-        y, _ = chain(w, 60 * lib.PG_SEG_NODES // 3)
+        y, _ = chain(w, 60 * internals.SEG_NODES // 3)
         y.backward()
         assert w.grad == expected
         del y
         w.grad = 0.0
-    assert lib.pg_unmap_failed() - failed == 3
+    assert internals.unmap_failed() - failed == 3
 
 
 # For the fork tests' scripts: a child that hangs (on a lock a vanished

@@ -12,12 +12,13 @@ from pygrad._lifetime import extras
 
 from helpers import micrograd_style_tanh
 from training import moons_model, train_moons
+import internals
 
 
 def live() -> int:
     gc.collect()
     settle()
-    return lib.pg_live_nodes()
+    return internals.live_nodes()
 
 
 def rss_mib() -> float:
@@ -59,7 +60,7 @@ def test_keeping_one_intermediate_keeps_exactly_its_subgraph():
     kept = live() - before
     # mid reaches 10,000 * 3 nodes (mul, const, add); its segment may pin up
     # to one segment of later nodes, nothing more.
-    assert 30_000 <= kept <= 30_000 + lib.PG_SEG_NODES
+    assert 30_000 <= kept <= 30_000 + internals.SEG_NODES
     assert mid.data > 0 and mid.grad != 0.0
     del mid
     assert live() == before
@@ -117,7 +118,7 @@ def test_a_kept_leaf_does_not_keep_later_graphs():
         y = build([old, Value(1.5)], 5_000)
         y.backward()
         del y
-    assert live() - before <= lib.PG_SEG_NODES
+    assert live() - before <= internals.SEG_NODES
 
 
 # -- long training runs hold flat memory ---------------------------------------
@@ -231,14 +232,14 @@ def test_dead_pages_of_a_kept_segment_go_back_to_the_os():
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1])
 
-    refused = lib.pg_advice_refused()
+    refused = internals.advice_refused()
     settle()
     start = rss_pages()
     kept = []
     for _ in range(200):
         y = Value(0.5) + 1.0
         kept.append(y)                  # an early node: what follows it dies
-        for _ in range(lib.PG_SEG_NODES):
+        for _ in range(internals.SEG_NODES):
             y = y + 1.0
         del y
     settle()
@@ -246,4 +247,4 @@ def test_dead_pages_of_a_kept_segment_go_back_to_the_os():
     grown = (rss_pages() - start) * 4096
     # 200 segments hold 2 * 4096 * 200 nodes of 48 B made: 75 MiB if kept resident
     assert grown < 25 * 2**20, f"{grown / 2**20:.1f} MiB stayed resident"
-    assert lib.pg_advice_refused() == refused
+    assert internals.advice_refused() == refused

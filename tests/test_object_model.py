@@ -11,6 +11,7 @@ import pygrad
 from pygrad import Value, nn, optim
 
 from helpers import micrograd_style_tanh
+import internals
 
 
 # -- attributes ---------------------------------------------------------------
@@ -81,10 +82,10 @@ def test_a_walk_meets_one_object_per_node():
         if id(v) in seen:
             continue
         seen.add(id(v))
-        assert objects.setdefault(v._h, v) is v, "two objects for one node"
+        assert objects.setdefault(internals.node_of(v), v) is v, "two objects for one node"
         stack.extend(v._prev)
     # the walk again gives the same objects
-    assert all(objects[v._h] is v for v in y._prev)
+    assert all(objects[internals.node_of(v)] is v for v in y._prev)
 
 
 def test_fused_and_function_nodes_hand_out_user_objects():
@@ -105,9 +106,9 @@ def test_label_and_op_belong_to_the_node():
     c = a * 3.0
     c.label = "c"
     d = c + 1.0
-    cid = c._h
+    cid = internals.node_of(c)
     del c                      # only the graph holds c's node now
-    (kid,) = [x for x in d._prev if x._h == cid]
+    (kid,) = [x for x in d._prev if internals.node_of(x) == cid]
     assert kid.label == "c" and kid._op == "*"
 
 
