@@ -35,7 +35,75 @@ def _declared(cls: type) -> "set[str]":
     return {k for k, v in vars(cls).items() if callable(v)}
 
 
-def test_typed_ops_declares_exactly_the_op_table_methods():
+VALUE_OPS = REPO / "pygrad" / "_value_ops.py"
+
+_VALUE_OPS_HEAD = '''# mypy: disable-error-code="empty-body"
+# (declarations only: the bodies are never run)
+# Generated from the op table (csrc/ops.def, read through pygrad/_ops.py) by
+# `PYTHONPATH=. python tests/test_typing.py --write`: don't edit by hand.
+"""Types of the Value operator methods, for type checkers only.
+
+pygrad/engine.py makes the operator methods of ``pygrad.Value`` at import,
+one per ``methods`` entry of the op table (csrc/ops.def, read through
+pygrad/_ops.py), so a type checker can't see them.  ``TypedOps`` declares
+them; ``Value`` derives from it only under ``typing.TYPE_CHECKING`` (at run
+time its base is ``object``).  tests/test_typing.py generates this file
+from the op table and fails when it is stale.
+
+An operand is a Value or a real number: int, float, bool, a
+``numbers.Real`` such as ``fractions.Fraction``, or a numpy float (a float).
+Other numpy real scalars work at run time too; pass ``float(x)`` to satisfy
+the type checker.
+"""
+import numbers
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    from .engine import Value
+
+__all__ = ["Operand", "TypedOps"]
+
+Operand = Union["Value", float, int, numbers.Real]
+
+
+class TypedOps:
+    """The op-table methods of ``pygrad.Value``, declared (never called)."""
+
+    __slots__ = ()
+'''
+
+
+def value_ops_text(ops) -> str:
+    """The text of pygrad/_value_ops.py for the op table ``ops``: a method
+    taking an operand for each binary op's methods (and ``__pow__``, whose
+    number form is the unary POWK), none for the rest."""
+    def binary(op) -> bool:
+        return op.arity == 2 or any(m.name == "__pow__" for m in op.methods)
+
+    def lines(chosen) -> str:
+        out = []
+        for op in chosen:
+            for m in op.methods:
+                if not binary(op):
+                    out.append(f"    def {m.name}(self) -> \"Value\": ...\n")
+                else:
+                    other = '"Value"' if m.name == "_pow_value" else "Operand"
+                    out.append(f"    def {m.name}(self, other: {other}) -> \"Value\": ...\n")
+        return "".join(out)
+
+    two = [op for op in ops if binary(op)]
+    one = [op for op in ops if not binary(op)]
+    codes = ", ".join(dict.fromkeys(op.key.upper().replace("POWK", "POW") for op in two))
+    def heading(title: str) -> str:        # 77 columns wide
+        return f"\n    # -- {title} " + "-" * (77 - 10 - len(title)) + "\n\n"
+
+    return (_VALUE_OPS_HEAD + heading(f"binary ({codes})") + lines(two)
+            + heading("unary") + lines(one))
+
+
+def test_typed_ops_is_generated_from_the_op_table():
+    assert VALUE_OPS.read_text(encoding="utf-8") == value_ops_text(_ops.METHOD_OPS), (
+        "pygrad/_value_ops.py is stale: run `PYTHONPATH=. python tests/test_typing.py --write`")
     table = {m.name for op in _ops.METHOD_OPS for m in op.methods}
     assert _declared(TypedOps) == table
 
@@ -290,10 +358,13 @@ def test_mypy_types_value_data_and_grad_as_float(mypy_on_snippet):
 
 
 if __name__ == "__main__":
-    # Regenerate pygrad/_core.pyi after a change to the cdef.
+    # Regenerate pygrad/_core.pyi and pygrad/_value_ops.py after a change to
+    # the cdef or the op table (the op table is read from the built core).
     if sys.argv[1:] != ["--write"]:
         sys.exit("usage: python tests/test_typing.py --write")
     sys.path.insert(0, str(REPO / "csrc"))
     import cffi_build  # the build script alone: no compiled core needed
     STUB.write_text(stub_text(cffi_build.cdef_source(test_hooks=True)), encoding="utf-8")
     print(f"wrote {STUB}")
+    VALUE_OPS.write_text(value_ops_text(_ops.METHOD_OPS), encoding="utf-8")
+    print(f"wrote {VALUE_OPS}")
