@@ -1,15 +1,14 @@
 # mypy: disable-error-code="empty-body"
 # (declarations only: the bodies are never run)
-# Generated from the op table (csrc/ops.def, read through pygrad/_ops.py) by
-# `PYTHONPATH=. python tests/test_typing.py --write`: don't edit by hand.
 """Types of the Value operator methods, for type checkers only.
 
 pygrad/engine.py makes the operator methods of ``pygrad.Value`` at import,
 one per ``methods`` entry of the op table (csrc/ops.def, read through
 pygrad/_ops.py), so a type checker can't see them.  ``TypedOps`` declares
 them; ``Value`` derives from it only under ``typing.TYPE_CHECKING`` (at run
-time its base is ``object``).  tests/test_typing.py generates this file
-from the op table and fails when it is stale.
+time its base is ``object``).  The declarations are generated from the op
+table (``PYTHONPATH=. python tests/test_typing.py --write``), and a test
+fails when they are stale.
 
 An operand is a Value or a real number: int, float, bool, a
 ``numbers.Real`` such as ``fractions.Fraction``, or a numpy float (a float).
@@ -31,6 +30,8 @@ class TypedOps:
     """The op-table methods of ``pygrad.Value``, declared (never called)."""
 
     __slots__ = ()
+
+    # -- generated below, from the op table (tests/test_typing.py --write) --
 
     # -- binary (ADD, MUL, SUB, DIV, POW) -----------------------------------
 

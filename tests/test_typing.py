@@ -37,46 +37,16 @@ def _declared(cls: type) -> "set[str]":
 
 VALUE_OPS = REPO / "pygrad" / "_value_ops.py"
 
-_VALUE_OPS_HEAD = '''# mypy: disable-error-code="empty-body"
-# (declarations only: the bodies are never run)
-# Generated from the op table (csrc/ops.def, read through pygrad/_ops.py) by
-# `PYTHONPATH=. python tests/test_typing.py --write`: don't edit by hand.
-"""Types of the Value operator methods, for type checkers only.
-
-pygrad/engine.py makes the operator methods of ``pygrad.Value`` at import,
-one per ``methods`` entry of the op table (csrc/ops.def, read through
-pygrad/_ops.py), so a type checker can't see them.  ``TypedOps`` declares
-them; ``Value`` derives from it only under ``typing.TYPE_CHECKING`` (at run
-time its base is ``object``).  tests/test_typing.py generates this file
-from the op table and fails when it is stale.
-
-An operand is a Value or a real number: int, float, bool, a
-``numbers.Real`` such as ``fractions.Fraction``, or a numpy float (a float).
-Other numpy real scalars work at run time too; pass ``float(x)`` to satisfy
-the type checker.
-"""
-import numbers
-from typing import TYPE_CHECKING, Union
-
-if TYPE_CHECKING:
-    from .engine import Value
-
-__all__ = ["Operand", "TypedOps"]
-
-Operand = Union["Value", float, int, numbers.Real]
-
-
-class TypedOps:
-    """The op-table methods of ``pygrad.Value``, declared (never called)."""
-
-    __slots__ = ()
-'''
+# pygrad/_value_ops.py is written by hand down to this line; the method
+# declarations after it are generated from the op table.
+_GENERATED_BELOW = "    # -- generated below, from the op table (tests/test_typing.py --write) --\n"
 
 
 def value_ops_text(ops) -> str:
-    """The text of pygrad/_value_ops.py for the op table ``ops``: a method
-    taking an operand for each binary op's methods (and ``__pow__``, whose
-    number form is the unary POWK), none for the rest."""
+    """The text of pygrad/_value_ops.py for the op table ``ops``: its
+    hand-written head, then a method taking an operand for each binary op's
+    methods (and ``__pow__``, whose number form is the unary POWK), none for
+    the rest."""
     def binary(op) -> bool:
         return op.arity == 2 or any(m.name == "__pow__" for m in op.methods)
 
@@ -97,7 +67,8 @@ def value_ops_text(ops) -> str:
     def heading(title: str) -> str:        # 77 columns wide
         return f"\n    # -- {title} " + "-" * (77 - 10 - len(title)) + "\n\n"
 
-    return (_VALUE_OPS_HEAD + heading(f"binary ({codes})") + lines(two)
+    head = VALUE_OPS.read_text(encoding="utf-8").split(_GENERATED_BELOW)[0]
+    return (head + _GENERATED_BELOW + heading(f"binary ({codes})") + lines(two)
             + heading("unary") + lines(one))
 
 
