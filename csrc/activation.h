@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "pygrad.h"
 
 /* 0 if x < 0 else x, by a mask rather than a branch (a random sign would
  * mispredict): the same bits as the comparison form, -0.0 and nan kept. */
@@ -28,5 +29,26 @@ static inline double sigmoid_of(double x) {
     return e / (1.0 + e);
 }
 static inline double sigmoid_slope(double s) { return s * (1.0 - s); }
+
+/* The one dispatch on a LINEAR node's or layer's activation (PG_ACT_*, 0
+ * for none): its value at x, and the grad g carried back through it, from
+ * its output y.  Loops over rows call these with act fixed: the compiler
+ * hoists the switch out of the loop. */
+static inline double pg_act(int act, double x) {
+    switch (act) {
+    case PG_ACT_RELU: return relu_of(x);
+    case PG_ACT_TANH: return tanh(x);
+    case PG_ACT_SIGMOID: return sigmoid_of(x);
+    default: return x;
+    }
+}
+static inline double pg_act_grad(int act, double y, double g) {
+    switch (act) {
+    case PG_ACT_RELU: return relu_slope(y) * g;
+    case PG_ACT_TANH: return tanh_slope(y) * g;
+    case PG_ACT_SIGMOID: return sigmoid_slope(y) * g;
+    default: return g;
+    }
+}
 
 #endif

@@ -95,7 +95,7 @@ ROW_LOOP void pg_layer_forward(const pg_layer *L, size_t n, double *dump) {
     if (act == PG_ACT_TANH || act == PG_ACT_SIGMOID)
         for (uint32_t i = 0; i < L->m; i++) {
             double *y = L->y + i * L->stride;
-            for (size_t r = 0; r < n; r++) y[r] = act == PG_ACT_TANH ? tanh(y[r]) : sigmoid_of(y[r]);
+            for (size_t r = 0; r < n; r++) y[r] = pg_act(act, y[r]);
         }
 }
 

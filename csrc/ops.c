@@ -262,24 +262,14 @@ static void forward_LINEAR(pg_node *n) {
         i = 2;
     }
     for (; i < nk; i += 2) acc = acc + pg_N(k[i])->data * pg_N(k[i + 1])->data;
-    switch (n->variant & PG_ACT_MASK) {
-    case PG_ACT_RELU: acc = relu_of(acc); break;
-    case PG_ACT_TANH: acc = tanh(acc); break;
-    case PG_ACT_SIGMOID: acc = sigmoid_of(acc); break;
-    }
-    n->data = acc;
+    n->data = pg_act(n->variant & PG_ACT_MASK, acc);
 }
 /* The plain graph runs its mul nodes last term first, and b's add node just
  * before the first term's mul. */
 static void backward_LINEAR(pg_node *n) {
     const uint32_t *k = n->aux.kids;
     uint32_t nk = n->kid[0];
-    double g = n->grad;
-    switch (n->variant & PG_ACT_MASK) {
-    case PG_ACT_RELU: g = relu_slope(n->data) * g; break;
-    case PG_ACT_TANH: g = tanh_slope(n->data) * g; break;
-    case PG_ACT_SIGMOID: g = sigmoid_slope(n->data) * g; break;
-    }
+    double g = pg_act_grad(n->variant & PG_ACT_MASK, n->data, n->grad);
     uint32_t first = (n->variant & PG_LINEAR_BIAS) ? 1 : 0;
     for (uint32_t i = nk; i > first; i -= 2) {
         pg_node *w = pg_N(k[i - 2]), *x = pg_N(k[i - 1]);
@@ -381,22 +371,12 @@ static void row_forward_LINEAR(const pg_rows *r) {
         acc = x[0][0] * x[1][0];
     }
     for (; j < r->nk; j += 2) acc = acc + x[j][0] * x[j + 1][0];
-    switch (r->variant & PG_ACT_MASK) {
-    case PG_ACT_RELU: acc = relu_of(acc); break;
-    case PG_ACT_TANH: acc = tanh(acc); break;
-    case PG_ACT_SIGMOID: acc = sigmoid_of(acc); break;
-    }
-    r->y[0] = acc;
+    r->y[0] = pg_act(r->variant & PG_ACT_MASK, acc);
 }
 static void row_backward_LINEAR(const pg_rows *r) {
     const double *const *x = r->x;
     double *const *gx = r->gx;
-    double g = r->gy[0];
-    switch (r->variant & PG_ACT_MASK) {
-    case PG_ACT_RELU: g = relu_slope(r->y[0]) * g; break;
-    case PG_ACT_TANH: g = tanh_slope(r->y[0]) * g; break;
-    case PG_ACT_SIGMOID: g = sigmoid_slope(r->y[0]) * g; break;
-    }
+    double g = pg_act_grad(r->variant & PG_ACT_MASK, r->y[0], r->gy[0]);
     uint32_t first = (r->variant & PG_LINEAR_BIAS) ? 1 : 0;
     for (uint32_t j = r->nk; j > first; j -= 2) {
         if (first && j - 2 == first) *gx[0] += g;
@@ -432,11 +412,9 @@ static void rows_forward_LINEAR(const pg_rows *r) {
             for (size_t i = 0; i < r->n; i++) y[i] = y[i] + XR(r, j, i) * XR(r, j + 1, i);
         }
     }
-    switch (r->variant & PG_ACT_MASK) {
-    case PG_ACT_RELU: for (size_t i = 0; i < r->n; i++) y[i] = relu_of(y[i]); break;
-    case PG_ACT_TANH: for (size_t i = 0; i < r->n; i++) y[i] = tanh(y[i]); break;
-    case PG_ACT_SIGMOID: for (size_t i = 0; i < r->n; i++) y[i] = sigmoid_of(y[i]); break;
-    }
+    const int act = r->variant & PG_ACT_MASK;
+    if (act)
+        for (size_t i = 0; i < r->n; i++) y[i] = pg_act(act, y[i]);
 }
 /* Four sums side by side, each in row order: acc[t] += v[t][i] * g[i]. */
 static void sums4(double *acc, const double *const *v, const double *g, size_t n) {
@@ -467,14 +445,8 @@ static void rows_backward_LINEAR(const pg_rows *r) {
     }
     double *g = r->tmp;
     const double *y = r->y, *gy = r->gy;
-    switch (r->variant & PG_ACT_MASK) {
-    case PG_ACT_RELU: for (size_t i = 0; i < r->n; i++) g[i] = relu_slope(y[i]) * gy[i]; break;
-    case PG_ACT_TANH: for (size_t i = 0; i < r->n; i++) g[i] = tanh_slope(y[i]) * gy[i]; break;
-    case PG_ACT_SIGMOID:
-        for (size_t i = 0; i < r->n; i++) g[i] = sigmoid_slope(y[i]) * gy[i];
-        break;
-    default: for (size_t i = 0; i < r->n; i++) g[i] = gy[i];
-    }
+    const int act = r->variant & PG_ACT_MASK;
+    for (size_t i = 0; i < r->n; i++) g[i] = pg_act_grad(act, y[i], gy[i]);
     uint32_t first = (r->variant & PG_LINEAR_BIAS) ? 1 : 0;
     /* A bias used only here sums alone: where its adds fall among the
      * others' changes nothing. */
