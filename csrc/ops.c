@@ -298,31 +298,34 @@ static void backward_SUM(pg_node *n) {
 }
 
 /* log(sum(exp(x - m))) + m with m the largest x (0 if it is infinite, as in
- * PyTorch), so no exp overflows.  m is a constant: its gradient cancels. */
-static double lse_shift(const pg_node *n) {
-    const uint32_t *k = n->aux.kids;
-    double m = pg_N(k[0])->data;
-    for (uint32_t i = 1; i < n->kid[0]; i++) {
-        double x = pg_N(k[i])->data;
-        if (x > m) m = x;
+ * PyTorch), so no exp overflows.  m is a constant: its gradient cancels.
+ * The shift and the sum are written once, for any way of reading input j
+ * (of count) of row i: a node's children (row 0), or a program's rows. */
+#define LSE_RULES(prefix, src_t, count, X)                                  \
+    static double prefix##_shift(src_t src, size_t i) {                     \
+        double m = X(src, 0, i);                                            \
+        for (uint32_t j = 1; j < (count); j++) {                            \
+            double x = X(src, j, i);                                        \
+            if (x > m) m = x;                                               \
+        }                                                                   \
+        return isinf(m) ? 0.0 : m;                                          \
+    }                                                                       \
+    static double prefix##_total(src_t src, size_t i, double m) {           \
+        double s = exp(X(src, 0, i) - m);                                   \
+        for (uint32_t j = 1; j < (count); j++) s = s + exp(X(src, j, i) - m); \
+        return s;                                                           \
     }
-    return isinf(m) ? 0.0 : m;
-}
-static double lse_total(const pg_node *n, double m) {
-    const uint32_t *k = n->aux.kids;
-    double s = exp(pg_N(k[0])->data - m);
-    for (uint32_t i = 1; i < n->kid[0]; i++) s = s + exp(pg_N(k[i])->data - m);
-    return s;
-}
+#define NODE_INPUT(n, j, i) ((void)(i), pg_N((n)->aux.kids[j])->data)
+LSE_RULES(lse, const pg_node *, src->kid[0], NODE_INPUT)
 static void forward_LOGSUMEXP(pg_node *n) {
-    double m = lse_shift(n);
-    n->data = log(lse_total(n, m)) + m;
+    double m = lse_shift(n, 0);
+    n->data = log(lse_total(n, 0, m)) + m;
 }
 /* Plain graph: x_i.grad += exp(x_i - m) * (g / s), last term first. */
 static void backward_LOGSUMEXP(pg_node *n) {
     const uint32_t *k = n->aux.kids;
-    double m = lse_shift(n);
-    double q = n->grad / lse_total(n, m);
+    double m = lse_shift(n, 0);
+    double q = n->grad / lse_total(n, 0, m);
     for (uint32_t i = n->kid[0]; i-- > 0;) {
         pg_node *x = pg_N(k[i]);
         x->grad += exp(x->data - m) * q;
@@ -517,20 +520,8 @@ static void rows_backward_SUM(const pg_rows *r) {
         for (size_t i = 0; i < r->n; i++) GR(r, 1, i) += r->gy[i];
 }
 
-/* One row at a time: the shift m is per row, as in lse_shift. */
-static double rows_lse_shift(const pg_rows *r, size_t i) {
-    double m = XR(r, 0, i);
-    for (uint32_t j = 1; j < r->nk; j++) {
-        double x = XR(r, j, i);
-        if (x > m) m = x;
-    }
-    return isinf(m) ? 0.0 : m;
-}
-static double rows_lse_total(const pg_rows *r, size_t i, double m) {
-    double s = exp(XR(r, 0, i) - m);
-    for (uint32_t j = 1; j < r->nk; j++) s = s + exp(XR(r, j, i) - m);
-    return s;
-}
+/* One row at a time: the shift m is per row. */
+LSE_RULES(rows_lse, const pg_rows *, src->nk, XR)
 static void rows_forward_LOGSUMEXP(const pg_rows *r) {
     for (size_t i = 0; i < r->n; i++) {
         double m = rows_lse_shift(r, i);
