@@ -91,18 +91,18 @@ void pg_batch_clear(pg_batch *p) {
     p->impl = NULL;
 }
 
-/* Lay out slots (order is newest first); *bad names a node that can't run. */
-static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t *inputs,
+/* The back end: each slot's rows and each edge's strides, from L. */
+static int32_t lay_out(batch *b, const pg_layout *L, const uint32_t *inputs,
                        const uint32_t *outputs, uint32_t *bad) {
-    pg_slot_of *map = pg_slot_map(order, n);
+    const size_t n = L->n, edges = L->nedges;
     int32_t *col = NULL;      /* per slot: its input column, or -1 */
     uint32_t *uses = NULL;    /* per slot: edges to it (+2 for an output) */
     uint32_t *shared_of = NULL;
     int32_t rc = 0;
-    if (!(map && PG_ALLOC(col, n) && PG_ALLOC(uses, n) && PG_ALLOC(shared_of, n))) rc = PG_E_NOMEM;
+    if (!(PG_ALLOC(col, n) && PG_ALLOC(uses, n) && PG_ALLOC(shared_of, n))) rc = PG_E_NOMEM;
     for (size_t s = 0; rc == 0 && s < n; s++) col[s] = -1;
     for (uint32_t c = 0; rc == 0 && c < b->ninputs; c++) {
-        uint32_t s = pg_slot_find(map, n, inputs[c]);
+        uint32_t s = pg_layout_slot(L, inputs[c]);
         b->input_slot[c] = s;
         if (s == NO_SLOT) continue;                 /* an input the outputs don't use */
         if (pg_N(inputs[c])->op != PG_OP_LEAF || col[s] >= 0) {
@@ -112,32 +112,18 @@ static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t
             col[s] = (int32_t)c;
         }
     }
-
-    size_t edges = 0;
-    for (size_t s = 0; rc == 0 && s < n; s++) {
-        const pg_node *node = pg_N(order[n - 1 - s]);
-        if (!(pg_program_leaf(node) || pg_program_runs(node))) {
-            *bad = order[n - 1 - s];
-            rc = PG_E_ARG;
-        } else if (!pg_program_leaf(node)) {
-            const uint32_t *kids;
-            uint32_t nk = pg_children(node, &kids);
-            for (uint32_t e = 0; e < nk; e++) uses[pg_slot_find(map, n, kids[e])]++;
-            edges += nk;
-        }
-    }
-    for (uint32_t o = 0; rc == 0 && o < b->nout; o++) uses[pg_slot_find(map, n, outputs[o])] += 2;
+    for (size_t e = 0; rc == 0 && e < edges; e++) uses[L->kid[e]]++;
+    for (uint32_t o = 0; rc == 0 && o < b->nout; o++) uses[pg_layout_slot(L, outputs[o])] += 2;
 
     /* Shared leaves: one value of data; a grad summed in place (used once)
      * or per row, then summed after each block (used more than once). */
     uint32_t nsummed = 0, nzero = 0;
     for (size_t s = 0; rc == 0 && s < n; s++) {
-        int leaf = pg_program_leaf(pg_N(order[n - 1 - s]));
-        if (leaf && col[s] < 0) {
+        if (L->leaf[s] && col[s] < 0) {
             shared_of[s] = b->nshared++;
             if (uses[s] != 1) nsummed++;
         }
-        if (!(leaf && col[s] < 0 && uses[s] == 1)) nzero++;
+        if (!(L->leaf[s] && col[s] < 0 && uses[s] == 1)) nzero++;
     }
 
     if (rc == 0) {
@@ -158,47 +144,34 @@ static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t
     }
 
     for (size_t s = 0; rc == 0 && s < n; s++) {
-        uint32_t h = order[n - 1 - s];
-        const pg_node *node = pg_N(h);
-        b->op[s] = node->op;
+        const pg_node *node = pg_N(L->handle[s]);
+        int shared = L->leaf[s] && col[s] < 0;
+        b->op[s] = L->leaf[s] ? PG_OP_LEAF : node->op;
         b->variant[s] = node->variant;
         b->k[s] = node->aux.k;
-        int shared = pg_program_leaf(node) && col[s] < 0;
+        b->nk[s] = (uint32_t)(L->first_edge[s + 1] - L->first_edge[s]);
+        b->first_edge[s] = (uint32_t)L->first_edge[s];
         if (!(shared && uses[s] == 1)) b->zero_slot[b->nzero++] = (uint32_t)s;
         if (shared) {
-            b->shared_node[shared_of[s]] = h;
+            b->shared_node[shared_of[s]] = L->handle[s];
             if (uses[s] != 1) {
                 b->summed_into[b->nsummed] = &b->shared_grad[shared_of[s]];
                 b->summed[b->nsummed++] = (uint32_t)s;
             }
         }
-        if (pg_program_leaf(node)) {
-            b->op[s] = PG_OP_LEAF;
-            continue;
-        }
-        const uint32_t *kids;
-        uint32_t nk = pg_children(node, &kids);
-        b->nk[s] = nk;
     }
-    edges = 0;
-    for (size_t s = 0; rc == 0 && s < n; s++) {
-        if (b->op[s] == PG_OP_LEAF) continue;
-        const uint32_t *kids;
-        uint32_t nk = pg_children(pg_N(order[n - 1 - s]), &kids);
-        b->first_edge[s] = (uint32_t)edges;
-        for (uint32_t e = 0; e < nk; e++, edges++) {
-            uint32_t c = pg_slot_find(map, n, kids[e]);
-            int shared = b->op[c] == PG_OP_LEAF && col[c] < 0;
-            int direct = shared && uses[c] == 1;
-            b->x[edges] = shared ? &b->shared_data[shared_of[c]] : b->data + c * b->stride;
-            b->xs[edges] = shared ? 0 : 1;
-            b->gx[edges] = direct ? &b->shared_grad[shared_of[c]] : b->grad + c * b->stride;
-            b->gxs[edges] = direct ? 0 : 1;
-        }
+    for (size_t e = 0; rc == 0 && e < edges; e++) {
+        uint32_t c = L->kid[e];
+        int shared = L->leaf[c] && col[c] < 0;
+        int direct = shared && uses[c] == 1;
+        b->x[e] = shared ? &b->shared_data[shared_of[c]] : b->data + c * b->stride;
+        b->xs[e] = shared ? 0 : 1;
+        b->gx[e] = direct ? &b->shared_grad[shared_of[c]] : b->grad + c * b->stride;
+        b->gxs[e] = direct ? 0 : 1;
     }
     for (uint32_t o = 0; rc == 0 && o < b->nout; o++) {
-        uint32_t c = pg_slot_find(map, n, outputs[o]);
-        int shared = b->op[c] == PG_OP_LEAF && col[c] < 0;
+        uint32_t c = pg_layout_slot(L, outputs[o]);
+        int shared = L->leaf[c] && col[c] < 0;
         b->out_x[o] = shared ? &b->shared_data[shared_of[c]] : b->data + c * b->stride;
         b->out_xs[o] = shared ? 0 : 1;
         b->out_slot[o] = c;
@@ -207,7 +180,6 @@ static int32_t lay_out(batch *b, const uint32_t *order, size_t n, const uint32_t
     free(shared_of);
     free(uses);
     free(col);
-    free(map);
     return rc;
 }
 
@@ -354,19 +326,14 @@ int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t 
     pg_batch_clear(p);
     *bad = 0;
     if (nout == 0) return PG_E_ARG;
-    uint32_t *order;
-    size_t n;
-    int32_t rc = pg_record_order(outputs, nout, &order, &n);
+    pg_layout L;
+    int32_t rc = pg_lay_out(outputs, nout, &L, bad);
     if (rc < 0) return rc;
-    if (n >= NO_SLOT) {
-        free(order);
-        return PG_E_ARG;
-    }
-    batch *b = calloc(1, sizeof *b);
+    batch *b = pg_calloc(1, sizeof *b);
     if (b == NULL || !PG_ALLOC(b->input_slot, ninputs) || !PG_ALLOC(b->out_slot, nout) ||
         !PG_ALLOC(b->out_x, nout) || !PG_ALLOC(b->out_xs, nout)) {
         batch_free(b);
-        free(order);
+        pg_layout_free(&L);
         return PG_E_NOMEM;
     }
     b->ninputs = ninputs;
@@ -378,9 +345,9 @@ int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t 
             rc = PG_E_ARG;
         }
     pg_unlock();
-    if (rc == 0) rc = lay_out(b, order, n, inputs, outputs, bad);
+    if (rc == 0) rc = lay_out(b, &L, inputs, outputs, bad);
     if (rc == 0) rc = find_layers(b);
-    free(order);
+    pg_layout_free(&L);
     if (rc < 0) {
         batch_free(b);
         return rc;

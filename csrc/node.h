@@ -122,6 +122,7 @@ static inline double *pg_function_partials(uint32_t *kids, uint32_t n) {
 
 /* alloc.c: the core's heap (through the test build's failure hook). */
 void *pg_malloc(size_t size);
+void *pg_calloc(size_t count, size_t size);
 void *pg_realloc(void *p, size_t size);
 
 /* memory.c: the lock and node allocation, for nodes.c and backward.c.

@@ -140,16 +140,33 @@ void pg_layer_backward(const pg_layer *L, size_t n, const pg_layer_scratch *s);
 /* calloc of count elements (at least one, so NULL means out of memory),
  * into ptr; true when it worked. */
 #define PG_ALLOC(ptr, count) \
-    (((ptr) = calloc((size_t)(count) > 0 ? (size_t)(count) : 1, sizeof *(ptr))) != NULL)
+    (((ptr) = pg_calloc((size_t)(count) > 0 ? (size_t)(count) : 1, sizeof *(ptr))) != NULL)
 
-/* Slots by handle: a program's nodes, looked up while compiling it. */
+/*
+ * The one compiler front of both kinds of program (layout.c): the graph
+ * below the roots laid out in creation order, children first, one slot per
+ * node, each interior node's children named by slot.  replay.c and batch.c
+ * each build their own storage from it.
+ */
 typedef struct pg_slot_of {
     uint32_t h, slot;
 } pg_slot_of;
-/* The map of order[0..n) (newest first): slot n-1-i for order[i]; NULL if
- * out of memory.  The caller frees it. */
-pg_slot_of *pg_slot_map(const uint32_t *order, size_t n);
+typedef struct pg_layout {
+    uint32_t n;               /* slots */
+    uint32_t nleaves;         /* slots a program reads as data (pg_program_leaf) */
+    size_t nedges;
+    uint32_t *handle;         /* per slot: its node */
+    uint8_t *leaf;            /* per slot: 1 for a leaf */
+    size_t *first_edge;       /* per slot, and one past: slot s's children are */
+    uint32_t *kid;            /* kid[first_edge[s] .. first_edge[s + 1]), as slots */
+    pg_slot_of *by_handle;    /* the slots, sorted by handle */
+} pg_layout;
+/* Lay out the graph below roots[0..nroots).  PG_E_ARG with *bad set if a
+ * node can't run in C (pg_program_runs); PG_E_NOMEM.  On error nothing is
+ * left to free. */
+int32_t pg_lay_out(const uint32_t *roots, uint32_t nroots, pg_layout *L, uint32_t *bad);
+void pg_layout_free(pg_layout *L);
 /* h's slot, or UINT32_MAX if h is not in the program. */
-uint32_t pg_slot_find(const pg_slot_of *map, size_t n, uint32_t h);
+uint32_t pg_layout_slot(const pg_layout *L, uint32_t h);
 
 #endif

@@ -39,25 +39,6 @@ typedef struct flat {
     double tmp;
 } flat;
 
-static int by_handle(const void *a, const void *b) {
-    uint32_t x = ((const pg_slot_of *)a)->h, y = ((const pg_slot_of *)b)->h;
-    return (x > y) - (x < y);
-}
-
-pg_slot_of *pg_slot_map(const uint32_t *order, size_t n) {
-    pg_slot_of *map = malloc((n ? n : 1) * sizeof *map);
-    if (map == NULL) return NULL;
-    for (size_t i = 0; i < n; i++) map[i] = (pg_slot_of){order[i], (uint32_t)(n - 1 - i)};
-    qsort(map, n, sizeof *map, by_handle);
-    return map;
-}
-
-uint32_t pg_slot_find(const pg_slot_of *map, size_t n, uint32_t h) {
-    pg_slot_of key = {h, 0};
-    const pg_slot_of *hit = bsearch(&key, map, n, sizeof *map, by_handle);
-    return hit ? hit->slot : UINT32_MAX;
-}
-
 /* The plain ops step on d and g directly; the n-ary ones through a row rule. */
 static int plain(int op) { return pg_rules[op].arity > 0; }
 
@@ -106,33 +87,23 @@ static int far_apart(const pg_step *steps, size_t n, size_t nleaves) {
     return far * 20 > n;
 }
 
-static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) {
-    pg_slot_of *map = pg_slot_map(order, n);
-    if (map == NULL) return PG_E_NOMEM;
-    size_t nsteps = 0, nleaves = 0, nrows = 0, edges = 0, most = 1, nconst = 0;
-    for (size_t i = 0; i < n; i++) {
-        const pg_node *node = pg_N(order[i]);
-        if (!pg_program_runs(node)) {
-            *bad = order[i];
-            free(map);
-            return PG_E_ARG;
-        }
-        if (pg_program_leaf(node)) {
-            nleaves++;
-            continue;
-        }
-        nsteps++;
-        nconst += node->op == PG_OP_POWK;
-        if (!plain(node->op)) {
-            const uint32_t *kids;
-            uint32_t nk = pg_children(node, &kids);
+/* The back end: slots renumbered leaves first, steps and rows from L. */
+static int32_t lay_out(flat *f, const pg_layout *L) {
+    const size_t n = L->n, nleaves = L->nleaves, nsteps = n - nleaves;
+    size_t nrows = 0, edges = 0, most = 1, nconst = 0;
+    for (size_t s = 0; s < n; s++) {
+        if (L->leaf[s]) continue;
+        int op = pg_N(L->handle[s])->op;
+        nconst += op == PG_OP_POWK;
+        if (!plain(op)) {
+            size_t nk = L->first_edge[s + 1] - L->first_edge[s];
             nrows++;
             edges += nk;
             if (nk > most) most = nk;
         }
     }
     int32_t rc = 0;
-    uint32_t *slot = NULL;     /* by creation index */
+    uint32_t *slot = NULL;     /* by the layout's slot */
     if (!(PG_ALLOC(slot, n) && PG_ALLOC(f->steps, nsteps) && PG_ALLOC(f->step_node, nsteps) &&
           PG_ALLOC(f->leaf, nleaves) && PG_ALLOC(f->leaf_node, nleaves) &&
           PG_ALLOC(f->d, 2 * (n + nconst)) && PG_ALLOC(f->rows, nrows) && PG_ALLOC(f->x, edges) &&
@@ -147,28 +118,26 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
      * grads back) then walk the array in order instead of all over it. */
     if (rc == 0) f->g = f->d + 1;
     for (size_t i = 0, nl = 0, ni = nleaves; rc == 0 && i < n; i++)
-        slot[i] = (uint32_t)(pg_program_leaf(pg_N(order[n - 1 - i])) ? nl++ : ni++);
+        slot[i] = (uint32_t)(2 * (L->leaf[i] ? nl++ : ni++));
     size_t st = 0, lf = 0, rw = 0, e = 0, kc = 2 * n;
     for (size_t i = 0; rc == 0 && i < n; i++) {        /* creation order */
-        uint32_t h = order[n - 1 - i];
-        size_t s = slot[i];
-        pg_node *node = pg_N(h);
-        f->d[2 * s] = node->data;
-        if (pg_program_leaf(node)) {
-            f->leaf[lf] = (uint32_t)(2 * s);
+        const uint32_t s = slot[i], *kid = L->kid + L->first_edge[i];
+        const uint32_t nk = (uint32_t)(L->first_edge[i + 1] - L->first_edge[i]);
+        pg_node *node = pg_N(L->handle[i]);
+        f->d[s] = node->data;
+        if (L->leaf[i]) {
+            f->leaf[lf] = s;
             f->leaf_node[lf++] = node;
             continue;
         }
-        const uint32_t *kids;
-        uint32_t nk = pg_children(node, &kids);
         f->step_node[st] = node;
         pg_step *p = &f->steps[st++];
         p->op = node->op;
         p->fast = PG_FAST_NONE;
-        p->s = (uint32_t)(2 * s);
+        p->s = s;
         if (plain(node->op)) {
-            p->a = 2 * slot[pg_slot_find(map, n, kids[0])];
-            p->b = nk > 1 ? 2 * slot[pg_slot_find(map, n, kids[1])] : p->s;
+            p->a = slot[kid[0]];
+            p->b = nk > 1 ? slot[kid[1]] : p->s;
             if (node->op == PG_OP_POWK) {
                 p->b = (uint32_t)kc;
                 f->d[kc] = node->aux.k;
@@ -182,47 +151,44 @@ static int32_t lay_out(flat *f, const uint32_t *order, size_t n, uint32_t *bad) 
         r->k = node->aux.k;
         r->nk = nk;
         r->variant = node->variant;
-        r->y = &f->d[2 * s];
-        r->gy = &f->g[2 * s];
+        r->y = &f->d[s];
+        r->gy = &f->g[s];
         r->x = f->x + e;
         r->gx = f->gx + e;
         r->xs = f->ones;
         r->gxs = f->ones;
         r->tmp = &f->tmp;
         for (uint32_t k = 0; k < nk; k++, e++) {
-            uint32_t c = slot[pg_slot_find(map, n, kids[k])];
-            f->x[e] = &f->d[2 * c];
-            f->gx[e] = &f->g[2 * c];
+            f->x[e] = &f->d[slot[kid[k]]];
+            f->gx[e] = &f->g[slot[kid[k]]];
         }
         p->a = p->b = (uint32_t)(rw - 1);
     }
     f->n = n;
     f->nsteps = nsteps;
     f->nleaves = nleaves;
-    f->root = rc == 0 ? 2 * slot[n - 1] : 0;
+    f->root = rc == 0 ? slot[n - 1] : 0;
     if (rc == 0) choose_fast(f->steps, nsteps);
     f->run = (pg_steps){nsteps, f->steps, f->step_node, f->rows,
                         rc == 0 && far_apart(f->steps, nsteps, nleaves)};
     free(slot);
-    free(map);
     return rc;
 }
 
 int32_t pg_compile(uint32_t root, pg_program *p, uint32_t *bad_node) {
     pg_program_clear(p);
-    uint32_t *order;
-    size_t n;
-    int32_t rc = pg_record_order(&root, 1, &order, &n);
+    pg_layout L;
+    int32_t rc = pg_lay_out(&root, 1, &L, bad_node);
     if (rc < 0) return rc;
-    flat *f = calloc(1, sizeof *f);
-    rc = f == NULL ? PG_E_NOMEM : lay_out(f, order, n, bad_node);
-    free(order);
+    flat *f = pg_calloc(1, sizeof *f);
+    rc = f == NULL ? PG_E_NOMEM : lay_out(f, &L);
+    pg_layout_free(&L);
     if (rc < 0) {
         flat_free(f);
         return rc;
     }
     p->impl = f;
-    p->n = n;
+    p->n = f->n;
     return 0;
 }
 

@@ -90,7 +90,19 @@ def replay():
     return [loss.data, *model.get_grad().tolist()]
 
 
-SCENARIOS = [chain, fused_mlp, python_backward, function_op, replay]
+def batched():
+    """compile with inputs (the shared layout, the batch's arrays and a fused
+    layer's gathered weights) and map over rows with grads."""
+    random.seed(4)
+    model = nn.MLP(2, [8, 1])
+    x = [Value(0.0), Value(0.0)]
+    program = pygrad.compile(model(x), inputs=x)
+    rows = [[0.5, -0.25], [0.1, 0.9], [-0.7, 0.3]]
+    out = program.map(rows, grad=[1.0, 0.5, -2.0])
+    return [*out.tolist(), *model.get_grad().tolist()]
+
+
+SCENARIOS = [chain, fused_mlp, python_backward, function_op, replay, batched]
 
 
 def live_nodes() -> int:
