@@ -91,6 +91,106 @@ def test_op_is_complete(op):
     assert c[-1] == r[-1]
 
 
+# ---------------------------------------------------------------------------
+# docs/api.md's table of unary methods, generated from ops.def and ops.c
+
+API_DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "api.md"
+OPS_C = pathlib.Path(__file__).resolve().parent.parent / "csrc" / "ops.c"
+_TABLE_START = ("<!-- generated from csrc/ops.def and csrc/ops.c by "
+                "`PYTHONPATH=. python tests/test_typing.py --write`: edit those, not this -->\n")
+_TABLE_END = "<!-- end of the generated table -->\n"
+# How a unary dunder is called, for the method column.
+_CALLED = {"__abs__": "abs(v)", "__neg__": "-v"}
+
+
+def _args(call: str) -> "list[str]":
+    """The arguments of ``NAME(a, b(c, d), e)``, split at top-level commas."""
+    inner, depth, parts, cur = call[call.index("(") + 1:call.rindex(")")], 0, [], ""
+    for ch in inner:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return parts + [cur.strip()]
+
+
+def unary_rules(source: str) -> "dict[str, tuple[str, str]]":
+    """Each ``UNARY_OP(CODE, FWD, BWD)`` line of csrc/ops.c: key -> (FWD, BWD)."""
+    rules = {}
+    for line in source.splitlines():
+        if line.startswith("UNARY_OP("):
+            code, fwd, bwd = _args(line)
+            rules[code.lower()] = (fwd, bwd)
+    return rules
+
+
+def unary_method_ops(ops):
+    """The ops a named method makes from one Value (exp, ..., abs)."""
+    return [op for op in ops if op.arity == 1 and op.methods and not op.methods[0].name.startswith("__")]
+
+
+def op_table_markdown(ops, ops_c: str) -> str:
+    """docs/api.md's generated block: a heading naming every unary method
+    of the op table, and one row per op with its ``_op``, its docstring
+    (ops.def) and its forward and gradient expressions as csrc/ops.c writes
+    them."""
+    rules = unary_rules(ops_c)
+    chosen = unary_method_ops(ops)
+    names = [f"`Value.{m.name}()`" if not m.name.startswith("__")
+             else f"`{_CALLED.get(m.name, m.name)}` (`Value.{m.name}`)"
+             for op in chosen for m in op.methods]
+    rows = []
+    for op in chosen:
+        fwd, bwd = rules[op.key]
+        called = ", ".join(f"`v.{m.name}()`" if not m.name.startswith("__")
+                           else f"`{_CALLED.get(m.name, m.name)}`" for m in op.methods)
+        doc = op.methods[0].doc.replace("*", "\\*")      # Markdown: not emphasis
+        rows.append(f"| {called} | `'{op.name}'` | {doc} | `{fwd}` | `{bwd}` |\n")
+    return (_TABLE_START + "#### Unary methods: " + ", ".join(names) + "\n\n"
+            + "| method | `_op` | value | `y =` | `x.grad +=` |\n| --- | --- | --- | --- | --- |\n"
+            + "".join(rows) + _TABLE_END)
+
+
+def api_doc_text(ops) -> str:
+    """docs/api.md with its generated block made from ``ops`` and ops.c."""
+    text = API_DOC.read_text(encoding="utf-8")
+    head, rest = text.split(_TABLE_START)
+    tail = rest.split(_TABLE_END, 1)[1]
+    return head + op_table_markdown(ops, OPS_C.read_text(encoding="utf-8")) + tail
+
+
+def test_the_docs_table_of_unary_methods_is_generated_from_the_op_table():
+    if not OPS_C.exists():
+        pytest.skip("no csrc/ beside the tests")
+    assert API_DOC.read_text(encoding="utf-8") == api_doc_text(_ops.OPS), (
+        "docs/api.md's op table is stale: run `PYTHONPATH=. python tests/test_typing.py --write`")
+    # Every unary method op has its C rule line, and the table shows it.
+    rules = unary_rules(OPS_C.read_text(encoding="utf-8"))
+    for op in unary_method_ops(_ops.OPS):
+        assert op.key in rules, f"csrc/ops.c has no UNARY_OP line for {op.key}"
+
+
+def test_every_table_made_method_has_its_own_docstring():
+    # ops.def's doc field holds one docstring per method, split at |: a |
+    # inside one would shift the rest (abs's once read "" and "self").
+    from pygrad._core import ffi, lib
+    for op in _ops.METHOD_OPS:
+        raw = ffi.string(lib.pg_op_info(op.code).doc).decode()
+        if not raw:
+            continue                     # a method written by hand (__pow__)
+        assert len(raw.split("|")) == len(op.methods), (op.key, raw)
+        for m in op.methods:
+            assert m.doc.strip() and getattr(C, m.name).__doc__ == m.doc, (op.key, m.name)
+
+
+def test_the_table_parser_splits_at_top_level_commas():
+    assert _args("UNARY_OP(ERF, erf(x), (c * exp(-(x * x))) * g)") == [
+        "ERF", "erf(x)", "(c * exp(-(x * x))) * g"]
+
+
 def test_generated_methods_keep_micrograd_operand_order():
     a, b = C(2.0), C(3.0)
     assert (5 - a).data == 3.0 and (a - 5).data == -3.0

@@ -329,8 +329,9 @@ def test_mypy_types_value_data_and_grad_as_float(mypy_on_snippet):
 
 
 if __name__ == "__main__":
-    # Regenerate pygrad/_core.pyi and pygrad/_value_ops.py after a change to
-    # the cdef or the op table (the op table is read from the built core).
+    # Regenerate pygrad/_core.pyi, pygrad/_value_ops.py and docs/api.md's
+    # table of unary methods after a change to the cdef or the op table (the
+    # op table is read from the built core).
     if sys.argv[1:] != ["--write"]:
         sys.exit("usage: python tests/test_typing.py --write")
     sys.path.insert(0, str(REPO / "csrc"))
@@ -339,3 +340,6 @@ if __name__ == "__main__":
     print(f"wrote {STUB}")
     VALUE_OPS.write_text(value_ops_text(_ops.METHOD_OPS), encoding="utf-8")
     print(f"wrote {VALUE_OPS}")
+    import test_op_table  # noqa: E402 (its table generator; tests/ is sys.path[0])
+    test_op_table.API_DOC.write_text(test_op_table.api_doc_text(_ops.OPS), encoding="utf-8")
+    print(f"wrote {test_op_table.API_DOC}")
