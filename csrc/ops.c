@@ -157,20 +157,18 @@ UNARY_OP(NEG, -x, -g)
  * and nothing is added (so a -0.0 grad stays -0.0).  x ** 2 is x * x (the
  * correctly rounded square; pow is within 0.52 ulp). */
 static inline double fwd_POWK(double x, double k) { return k == 2.0 ? x * x : pow(x, k); }
-static inline double bwd_POWK(double x, double k, double g) {
-    return (k * (k == 2.0 ? x : pow(x, k - 1.0))) * g;
+static inline void powk_grads(double x, double k, double g, double *gx) {
+    if (k != 0.0) *gx += (k * (k == 2.0 ? x : pow(x, k - 1.0))) * g;
 }
 static void forward_POWK(pg_node *n) { n->data = fwd_POWK(KID(n, 0)->data, n->aux.k); }
 static void backward_POWK(pg_node *n) {
-    if (n->aux.k != 0.0) KID(n, 0)->grad += bwd_POWK(KID(n, 0)->data, n->aux.k, n->grad);
+    powk_grads(KID(n, 0)->data, n->aux.k, n->grad, &KID(n, 0)->grad);
 }
 static void rows_forward_POWK(const pg_rows *r) {
-    for (size_t i = 0; i < r->n; i++) r->y[i] = fwd_POWK(r->x[0][i * r->xs[0]], r->k);
+    for (size_t i = 0; i < r->n; i++) r->y[i] = fwd_POWK(XR(r, 0, i), r->k);
 }
 static void rows_backward_POWK(const pg_rows *r) {
-    if (r->k == 0.0) return;
-    for (size_t i = 0; i < r->n; i++)
-        GR(r, 0, i) += bwd_POWK(r->x[0][i * r->xs[0]], r->k, r->gy[i]);
+    for (size_t i = 0; i < r->n; i++) powk_grads(XR(r, 0, i), r->k, r->gy[i], &GR(r, 0, i));
 }
 
 /* x ** y, both nodes.  d/dy = x**y * log(x), taken as 0 where x == 0 and
@@ -186,13 +184,11 @@ static void backward_POW(pg_node *n) {
     pow_grads(a->data, b->data, n->data, n->grad, &a->grad, &b->grad);
 }
 static void rows_forward_POW(const pg_rows *r) {
-    for (size_t i = 0; i < r->n; i++)
-        r->y[i] = pow(r->x[0][i * r->xs[0]], r->x[1][i * r->xs[1]]);
+    for (size_t i = 0; i < r->n; i++) r->y[i] = pow(XR(r, 0, i), XR(r, 1, i));
 }
 static void rows_backward_POW(const pg_rows *r) {
     for (size_t i = 0; i < r->n; i++)
-        pow_grads(r->x[0][i * r->xs[0]], r->x[1][i * r->xs[1]], r->y[i], r->gy[i],
-                  &GR(r, 0, i), &GR(r, 1, i));
+        pow_grads(XR(r, 0, i), XR(r, 1, i), r->y[i], r->gy[i], &GR(r, 0, i), &GR(r, 1, i));
 }
 
 UNARY_OP(EXP, exp(x), y * g)
@@ -249,52 +245,67 @@ UNARY_OP(ABS, fabs(x), sign_of(x) * g)
  */
 
 /* act(b + w0*x0 + w1*x1 + ...): micrograd's neuron, sum((wi*xi ...), b).
- * Children: [b,] w0, x0, w1, x1, ... */
-static void forward_LINEAR(pg_node *n) {
-    const uint32_t *k = n->aux.kids;
-    uint32_t nk = n->kid[0], i = 0;
-    double acc;
-    if (n->variant & PG_LINEAR_BIAS) {
-        acc = pg_N(k[0])->data;
-        i = 1;
-    } else {
-        acc = pg_N(k[0])->data * pg_N(k[1])->data;
-        i = 2;
+ * Children: [b,] w0, x0, w1, x1, ...  Written once for any way of reading
+ * its numbers: a node's (below) or one row of a program's (a replay step),
+ * with COUNT children, VARIANT its activation and bias bit, Y and GY its
+ * data and grad, X(src, j) and G(src, j) child j's data and grad.
+ * Backward adds as the plain graph would: its mul nodes last term first,
+ * and b's add node just before the first term's mul. */
+#define LINEAR_RULES(prefix, src_t, COUNT, VARIANT, Y, GY, X, G)               \
+    static void prefix##_forward_LINEAR(src_t src) {                            \
+        uint32_t nk = COUNT(src), j = 2;                                        \
+        double acc;                                                             \
+        if (VARIANT(src) & PG_LINEAR_BIAS) {                                    \
+            acc = X(src, 0);                                                    \
+            j = 1;                                                              \
+        } else {                                                                \
+            acc = X(src, 0) * X(src, 1);                                        \
+        }                                                                       \
+        for (; j < nk; j += 2) acc = acc + X(src, j) * X(src, j + 1);           \
+        Y(src) = pg_act(VARIANT(src) & PG_ACT_MASK, acc);                       \
+    }                                                                           \
+    static void prefix##_backward_LINEAR(src_t src) {                           \
+        uint32_t nk = COUNT(src);                                               \
+        double g = pg_act_grad(VARIANT(src) & PG_ACT_MASK, Y(src), GY(src));    \
+        uint32_t first = (VARIANT(src) & PG_LINEAR_BIAS) ? 1 : 0;               \
+        for (uint32_t j = nk; j > first; j -= 2) {                              \
+            if (first && j - 2 == first) G(src, 0) += g;                        \
+            G(src, j - 2) += X(src, j - 1) * g;                                 \
+            G(src, j - 1) += X(src, j - 2) * g;                                 \
+        }                                                                       \
+        if (first && nk == 1) G(src, 0) += g;                                   \
     }
-    for (; i < nk; i += 2) acc = acc + pg_N(k[i])->data * pg_N(k[i + 1])->data;
-    n->data = pg_act(n->variant & PG_ACT_MASK, acc);
-}
-/* The plain graph runs its mul nodes last term first, and b's add node just
- * before the first term's mul. */
-static void backward_LINEAR(pg_node *n) {
-    const uint32_t *k = n->aux.kids;
-    uint32_t nk = n->kid[0];
-    double g = pg_act_grad(n->variant & PG_ACT_MASK, n->data, n->grad);
-    uint32_t first = (n->variant & PG_LINEAR_BIAS) ? 1 : 0;
-    for (uint32_t i = nk; i > first; i -= 2) {
-        pg_node *w = pg_N(k[i - 2]), *x = pg_N(k[i - 1]);
-        if (first && i - 2 == first) pg_N(k[0])->grad += g;
-        w->grad += x->data * g;
-        x->grad += w->data * g;
-    }
-    if (first && nk == 1) pg_N(k[0])->grad += g;
-}
+#define NODE_COUNT(n) ((n)->kid[0])
+#define NODE_VARIANT(n) ((n)->variant)
+#define NODE_Y(n) ((n)->data)
+#define NODE_GY(n) ((n)->grad)
+#define NODE_X(n, j) (pg_N((n)->aux.kids[j])->data)
+#define NODE_G(n, j) (pg_N((n)->aux.kids[j])->grad)
+LINEAR_RULES(node, pg_node *, NODE_COUNT, NODE_VARIANT, NODE_Y, NODE_GY, NODE_X, NODE_G)
+#define forward_LINEAR node_forward_LINEAR
+#define backward_LINEAR node_backward_LINEAR
 
-/* v0 + v1 + ... + vn-1, left to right. */
+/* v0 + v1 + ... + vn-1, left to right.  Backward adds in the plain
+ * graph's order, its last add first: v(n-1), ..., v2, then v0, v1; ADD(j)
+ * adds to child j, for a node and for a program's rows alike. */
+#define SUM_GRAD_ORDER(nk, ADD)                                  \
+    do {                                                         \
+        for (uint32_t j_ = (nk) - 1; j_ >= 2; j_--) ADD(j_);     \
+        ADD(0);                                                  \
+        if ((nk) > 1) ADD(1);                                    \
+    } while (0)
 static void forward_SUM(pg_node *n) {
     const uint32_t *k = n->aux.kids;
     double acc = pg_N(k[0])->data;
     for (uint32_t i = 1; i < n->kid[0]; i++) acc = acc + pg_N(k[i])->data;
     n->data = acc;
 }
-/* The plain graph's last add runs first: v(n-1), ..., v2, then v0, v1. */
 static void backward_SUM(pg_node *n) {
     const uint32_t *k = n->aux.kids;
-    uint32_t nk = n->kid[0];
     double g = n->grad;
-    for (uint32_t i = nk - 1; i >= 2; i--) pg_N(k[i])->grad += g;
-    pg_N(k[0])->grad += g;
-    if (nk > 1) pg_N(k[1])->grad += g;
+#define NODE_ADD(j) (pg_N(k[j])->grad += g)
+    SUM_GRAD_ORDER(n->kid[0], NODE_ADD);
+#undef NODE_ADD
 }
 
 /* log(sum(exp(x - m))) + m with m the largest x (0 if it is infinite, as in
@@ -362,32 +373,14 @@ static int shared_weights(const pg_rows *r, uint32_t j, uint32_t k) {
     return 1;
 }
 
-/* One row (a replay step): the node rule's loop over the rows' arrays. */
-static void row_forward_LINEAR(const pg_rows *r) {
-    const double *const *x = r->x;
-    uint32_t j = 2;
-    double acc;
-    if (r->variant & PG_LINEAR_BIAS) {
-        acc = x[0][0];
-        j = 1;
-    } else {
-        acc = x[0][0] * x[1][0];
-    }
-    for (; j < r->nk; j += 2) acc = acc + x[j][0] * x[j + 1][0];
-    r->y[0] = pg_act(r->variant & PG_ACT_MASK, acc);
-}
-static void row_backward_LINEAR(const pg_rows *r) {
-    const double *const *x = r->x;
-    double *const *gx = r->gx;
-    double g = pg_act_grad(r->variant & PG_ACT_MASK, r->y[0], r->gy[0]);
-    uint32_t first = (r->variant & PG_LINEAR_BIAS) ? 1 : 0;
-    for (uint32_t j = r->nk; j > first; j -= 2) {
-        if (first && j - 2 == first) *gx[0] += g;
-        *gx[j - 2] += x[j - 1][0] * g;
-        *gx[j - 1] += x[j - 2][0] * g;
-    }
-    if (first && r->nk == 1) *gx[0] += g;
-}
+/* One row (a replay step): the node rule over the rows' arrays, row 0. */
+#define ROW_COUNT(r) ((r)->nk)
+#define ROW_VARIANT(r) ((r)->variant)
+#define ROW_Y(r) ((r)->y[0])
+#define ROW_GY(r) ((r)->gy[0])
+#define ROW_X(r, j) ((r)->x[j][0])
+#define ROW_G(r, j) ((r)->gx[j][0])
+LINEAR_RULES(row, const pg_rows *, ROW_COUNT, ROW_VARIANT, ROW_Y, ROW_GY, ROW_X, ROW_G)
 
 static void rows_forward_LINEAR(const pg_rows *r) {
     if (r->n == 1) {
@@ -513,11 +506,9 @@ static void rows_forward_SUM(const pg_rows *r) {
         for (size_t i = 0; i < r->n; i++) r->y[i] = r->y[i] + XR(r, j, i);
 }
 static void rows_backward_SUM(const pg_rows *r) {
-    for (uint32_t j = r->nk - 1; j >= 2; j--)
-        for (size_t i = 0; i < r->n; i++) GR(r, j, i) += r->gy[i];
-    for (size_t i = 0; i < r->n; i++) GR(r, 0, i) += r->gy[i];
-    if (r->nk > 1)
-        for (size_t i = 0; i < r->n; i++) GR(r, 1, i) += r->gy[i];
+#define ROWS_ADD(j) for (size_t i = 0; i < r->n; i++) GR(r, j, i) += r->gy[i]
+    SUM_GRAD_ORDER(r->nk, ROWS_ADD);
+#undef ROWS_ADD
 }
 
 /* One row at a time: the shift m is per row. */
@@ -583,8 +574,7 @@ static inline void step_forward_POWK(const pg_step *p, double *d, const pg_rows 
 static inline void step_backward_POWK(const pg_step *p, const double *d, double *g, double gs,
                                       const pg_rows *rows) {
     (void)rows;
-    double k = d[p->b];
-    if (k != 0.0) g[p->a] += bwd_POWK(d[p->a], k, gs);
+    powk_grads(d[p->a], d[p->b], gs, &g[p->a]);
 }
 static inline void step_forward_POW(const pg_step *p, double *d, const pg_rows *rows) {
     (void)rows;
