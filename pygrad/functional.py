@@ -4,11 +4,12 @@ Each gives exactly the value and gradients of the same expression written
 with plain ops (pygrad.reference has those plain versions under the same
 names), so fused models and op-by-op models agree bit for bit.
 """
-from typing import Dict, Optional, Sequence
+from typing import Dict, Iterable, Optional, Union
 
 from . import _ops, engine
 from ._core import ffi, lib
 from ._numbers import not_a_number, real_or_none
+from ._value_ops import Scalar
 from .engine import Value
 
 __all__ = ["dot", "sum", "logsumexp", "ACTIVATIONS"]
@@ -32,7 +33,8 @@ def _node(op: int, variant: int, values: "list[Value]") -> Value:
     return engine.make_nary(op, variant, handles, len(values), tuple(values))
 
 
-def dot(w: Sequence[Value], x: Sequence[object], b: Optional[object] = None,
+def dot(w: Iterable[Scalar], x: Iterable[Union[Scalar, float]],
+        b: Optional[Union[Scalar, float]] = None,
         act: Optional[str] = None) -> Value:
     """``act(b + w[0]*x[0] + w[1]*x[1] + ...)`` as one node: micrograd's
     neuron, ``sum((wi*xi for wi, xi in zip(w, x)), b)``, summed in that
@@ -53,7 +55,8 @@ def dot(w: Sequence[Value], x: Sequence[object], b: Optional[object] = None,
     return _node(lib.PG_OP_LINEAR, variant, values)
 
 
-def sum(values: Sequence[object], start: Optional[object] = None) -> Value:  # noqa: A001
+def sum(values: Iterable[Union[Scalar, float]],  # noqa: A001
+        start: Optional[Union[Scalar, float]] = None) -> Value:
     """``v0 + v1 + ...`` (after ``start`` if given) as one node, left to
     right like Python's ``sum``."""
     vs = [] if start is None else [_as_value(start, "sum's start")]
@@ -63,7 +66,7 @@ def sum(values: Sequence[object], start: Optional[object] = None) -> Value:  # n
     return _node(lib.PG_OP_SUM, 0, vs)
 
 
-def logsumexp(values: Sequence[object]) -> Value:
+def logsumexp(values: Iterable[Union[Scalar, float]]) -> Value:
     """``log(sum(exp(v)))`` as one node, computed as
     ``log(sum(exp(v - m))) + m`` with m the largest v, so it never
     overflows."""

@@ -11,21 +11,22 @@ come from the engine the Values belong to).
   logit lists and a list of indices, the mean.
 """
 import operator
-from typing import Any, Iterable, List, Optional, Sequence
+from typing import Any, Iterable, List, Optional, Sequence, Union
 
 from ._backend import backend_of
 from ._numbers import is_value, to_real
+from ._value_ops import Scalar
 
 __all__ = ["mse", "svm_hinge", "bce_with_logits", "softmax_cross_entropy"]
 
 
-def _mean(terms: List[Any]) -> Any:
+def _mean(terms: List[Scalar]) -> Scalar:
     if not terms:
         raise ValueError("loss of an empty batch")
     return backend_of(terms, "a loss's terms").sum(terms) * (1.0 / len(terms))
 
 
-def _pairs(a: Sequence[Any], b: Sequence[Any], what: str) -> List[Any]:
+def _pairs(a: Iterable[Any], b: Iterable[Any], what: str) -> List[Any]:
     a, b = list(a), list(b)
     for p in a:
         if not is_value(p) and not isinstance(p, (list, tuple)):   # a batch's rows
@@ -35,13 +36,13 @@ def _pairs(a: Sequence[Any], b: Sequence[Any], what: str) -> List[Any]:
     return list(zip(a, b))
 
 
-def mse(preds: Sequence[Any], targets: Sequence[Any]) -> Any:
+def mse(preds: Iterable[Scalar], targets: Iterable[float]) -> Scalar:
     """Mean squared error."""
     return _mean([(p - to_real(t, "target")) ** 2 for p, t in _pairs(preds, targets, "mse")])
 
 
-def svm_hinge(scores: Sequence[Any], labels: Sequence[Any], params: Optional[Iterable[Any]] = None,
-              alpha: float = 1e-4) -> Any:
+def svm_hinge(scores: Iterable[Scalar], labels: Iterable[float],
+              params: Optional[Iterable[Scalar]] = None, alpha: float = 1e-4) -> Scalar:
     """micrograd's max-margin loss; labels are -1 or +1."""
     pairs = _pairs(scores, labels, "svm_hinge")
     for _, y in pairs:
@@ -56,7 +57,7 @@ def svm_hinge(scores: Sequence[Any], labels: Sequence[Any], params: Optional[Ite
     return loss
 
 
-def bce_with_logits(logits: Sequence[Any], targets: Sequence[Any]) -> Any:
+def bce_with_logits(logits: Iterable[Scalar], targets: Iterable[float]) -> Scalar:
     """Binary cross-entropy on logits z: z - z*t + log(1 + exp(-z)) for
     z >= 0, and -z*t + log(1 + exp(z)) otherwise (no overflow)."""
     terms = []
@@ -71,19 +72,23 @@ def bce_with_logits(logits: Sequence[Any], targets: Sequence[Any]) -> Any:
     return _mean(terms)
 
 
-def softmax_cross_entropy(logits: Sequence[Any], target: Any) -> Any:
+def softmax_cross_entropy(logits: Union[Iterable[Scalar], Iterable[Iterable[Scalar]]],
+                          target: Union[int, Sequence[int]]) -> Scalar:
     """Cross-entropy of softmax(logits) against a class index (or the mean
     over a batch of them)."""
-    logits = list(logits)
-    if not logits:
+    zs: List[Any] = list(logits)
+    if not zs:
         raise ValueError("softmax_cross_entropy of no logits")
-    if isinstance(logits[0], (list, tuple)):
+    if isinstance(zs[0], (list, tuple)):
+        if not hasattr(target, "__iter__"):
+            raise TypeError(f"a batch of logits needs a list of class indices, not "
+                            f"{type(target).__name__}")
         return _mean([softmax_cross_entropy(z, t)
-                      for z, t in _pairs(logits, target, "softmax_cross_entropy")])
+                      for z, t in _pairs(zs, target, "softmax_cross_entropy")])
     try:
-        index = operator.index(target)
+        index = operator.index(target)  # type: ignore[arg-type]  # a wrong kind raises here
     except TypeError:
         raise TypeError(f"target must be an integer class index, not {type(target).__name__}") from None
-    if isinstance(target, bool) or not 0 <= index < len(logits):
-        raise ValueError(f"target must be a class index in [0, {len(logits)}), not {target!r}")
-    return backend_of(logits, "softmax_cross_entropy logits").logsumexp(logits) - logits[index]
+    if isinstance(target, bool) or not 0 <= index < len(zs):
+        raise ValueError(f"target must be a class index in [0, {len(zs)}), not {target!r}")
+    return backend_of(zs, "softmax_cross_entropy logits").logsumexp(zs) - zs[index]

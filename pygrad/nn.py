@@ -27,14 +27,22 @@ import itertools
 import operator
 import random
 import weakref
-from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (Any, Dict, FrozenSet, Generic, List, NamedTuple, Optional, Sequence, Tuple,
+                    TypeVar, Union)
 
 import numpy as np
 
 from ._backend import Backend, backend_named, backend_of
 from ._numbers import real_array, to_size
+from ._value_ops import Output, Scalar
 
-__all__ = ["Module", "Neuron", "Layer", "MLP"]
+# What a model takes: Values or numbers, or another model's output.
+Inputs = Union[Sequence[Union[Scalar, float]], Output]
+# A module's parameters' type: Scalar for pygrad's own; a subclass of a
+# bare Module may say its own (List[pygrad.Value]).
+P = TypeVar("P", bound=Scalar)
+
+__all__ = ["Module", "Neuron", "Layer", "MLP", "Scalar", "Output"]
 
 # The number of the latest edit of a model's shape.  A fused cache records
 # the number it was built at and is rebuilt once it has moved.  Numbers come
@@ -128,7 +136,7 @@ def _watch(lst: Any, items: Sequence[Any], watched: List[Tuple[list, tuple]]) ->
 _bulk_cache: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
 
 
-def _first_seen(params: List[Any]) -> List[Any]:
+def _first_seen(params: List[P]) -> List[P]:
     """``params`` with each object once, in first-seen order: tied weights
     (one Value in two places) are one parameter.  The common case, nothing
     repeated, costs one C-level pass."""
@@ -143,7 +151,7 @@ def _first_seen(params: List[Any]) -> List[Any]:
     return list({id(p): p for p in params}.values())
 
 
-def _parameters_of(part: Any) -> List[Any]:
+def _parameters_of(part: Any) -> List[Scalar]:
     """A part's parameters with repeats (deduplicated once, at the top): a
     part of the user's own may define only ``parameters()``."""
     every = getattr(part, "_all_parameters", None)
@@ -151,16 +159,16 @@ def _parameters_of(part: Any) -> List[Any]:
         else part.parameters()
 
 
-class Module:
+class Module(Generic[P]):
     """Base class: ``parameters()`` and ``zero_grad()``, plus bulk numpy
     access and state dicts."""
 
-    def parameters(self) -> List[Any]:
+    def parameters(self) -> List[P]:
         """Every parameter once, in first-seen order (micrograd's order when
         no weight is tied)."""
         return _first_seen(self._all_parameters())
 
-    def _all_parameters(self) -> List[Any]:
+    def _all_parameters(self) -> List[P]:
         """The parameters in micrograd's order, a tied one at each place."""
         return []
 
@@ -279,7 +287,7 @@ PICKLE_FORMAT = 3
 _NOT_RESTORED = frozenset({"_format", "_fused", "_dot", "_param_values", "_param_handles"})
 
 
-class Neuron(Module):
+class Neuron(Module[Scalar]):
     """``act(w·x + b)``; ReLU when ``nonlin`` (micrograd's only one)."""
 
     _pg_shape = frozenset({"__class__", "w", "b", "nonlin", "fused", "_backend"})
@@ -299,20 +307,21 @@ class Neuron(Module):
         self.nonlin = nonlin
         self.fused = fused
 
-    def __call__(self, x: Sequence[Any]) -> Any:
+    def __call__(self, x: Inputs) -> Scalar:
+        """``act(w·x + b)`` of ``nin`` Values or numbers."""
         if self.fused:
             return self._backend.dot(self.w, x, self.b, "relu" if self.nonlin else None)
         act = sum((wi * xi for wi, xi in zip(self.w, x)), self.b)
         return act.relu() if self.nonlin else act
 
-    def _all_parameters(self) -> List[Any]:
+    def _all_parameters(self) -> List[Scalar]:
         return self.w + [self.b]
 
     def __repr__(self) -> str:
         return f"{'ReLU' if self.nonlin else 'Linear'}Neuron({len(self.w)})"
 
 
-class Layer(Module):
+class Layer(Module[Scalar]):
     """``nout`` neurons over the same inputs; on the C engine, fused, the
     whole layer is one C call."""
 
@@ -325,8 +334,10 @@ class Layer(Module):
         self.neurons = _Tracked([Neuron(nin, nonlin, fused=fused, engine=engine)
                                  for _ in range(to_size(nout, "nout"))])
 
-    def __call__(self, x: Sequence[Any]) -> Any:
+    def __call__(self, x: Inputs) -> Output:
+        """Each neuron's output: a Value for one neuron, else their list."""
         cache = _fused_cache(self)
+        out: Any
         if cache.args is not None:
             packed, params, nin, nout, nonlin = cache.args
             out = cache.backend.fused_layer(packed, params, x, nin, nout, nonlin)
@@ -367,8 +378,8 @@ class Layer(Module):
         # alive even if a neuron's list changes.
         return (backend.pack(params), params, nin, len(neurons), nonlin), backend
 
-    def _all_parameters(self) -> List[Any]:
-        out: List[Any] = []
+    def _all_parameters(self) -> List[Scalar]:
+        out: List[Scalar] = []
         for n in self.neurons:
             if type(n) is Neuron:       # the usual part, without a call per neuron
                 out += n.w
@@ -384,7 +395,7 @@ class Layer(Module):
         return f"Layer of [{', '.join(str(n) for n in self.neurons)}]"
 
 
-class MLP(Module):
+class MLP(Module[Scalar]):
     """Layers of sizes ``[nin] + nouts``; ReLU on all but the last."""
 
     _pg_shape = frozenset({"__class__", "layers"})
@@ -404,15 +415,18 @@ class MLP(Module):
                                       fused=fused, engine=engine)
                                 for i in range(len(nouts))])
 
-    def __call__(self, x: Sequence[Any]) -> Any:
+    def __call__(self, x: Inputs) -> Output:
+        """The last layer's output: a Value for one neuron, else their list."""
         cache = _fused_cache(self)
+        out: Any
         if cache.args is not None:
             # One pass in C: the hidden layers' outputs never become Values.
             out = cache.backend.fused_layers(cache.args, x)
             return out[0] if len(out) == 1 else out
+        out = x
         for layer in self.layers:
-            x = layer(x)
-        return x
+            out = layer(out)
+        return out
 
     def _pack_fused(self, watched: List[Tuple[list, tuple]]) -> Tuple[Any, Any]:
         """(the backend's packed layers, the backend), or (None, None) if a
@@ -438,7 +452,7 @@ class MLP(Module):
         assert backend is not None      # layers is not empty
         return backend.pack_layers(fused), backend
 
-    def _all_parameters(self) -> List[Any]:
+    def _all_parameters(self) -> List[Scalar]:
         return [p for layer in self.layers for p in _parameters_of(layer)]
 
     def _structure(self) -> List[int]:

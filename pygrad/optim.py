@@ -16,6 +16,7 @@ import numpy as np
 
 from ._backend import backend_of
 from ._numbers import is_value, to_setting
+from ._value_ops import Scalar
 
 __all__ = ["Optimizer", "SGD", "Adam"]
 
@@ -28,7 +29,7 @@ class Optimizer:
     # The per-parameter state arrays (attribute names) the steps update.
     _STATE: Tuple[str, ...] = ()
 
-    def __init__(self, params: Iterable[Any], lr: LearningRate) -> None:
+    def __init__(self, params: Iterable[Scalar], lr: LearningRate) -> None:
         if hasattr(params, "parameters") and not hasattr(params, "__iter__"):
             raise TypeError(f"an optimizer takes the parameters: pass "
                             f"{type(params).__name__}.parameters(), not the "
@@ -36,7 +37,7 @@ class Optimizer:
         # A tuple behind a read-only property: the C steps run over handles
         # made here, so the list must not grow or change afterwards.
         given = tuple(params)
-        self._params: Tuple[Any, ...] = tuple({id(p): p for p in given}.values())
+        self._params: Tuple[Scalar, ...] = tuple({id(p): p for p in given}.values())
         if len(self._params) != len(given):
             # A tied weight listed twice would be stepped twice (and Adam
             # would keep two states for it): each is stepped once, as
@@ -59,7 +60,7 @@ class Optimizer:
         self._state: Dict[str, np.ndarray] = {}
 
     @property
-    def params(self) -> Tuple[Any, ...]:
+    def params(self) -> Tuple[Scalar, ...]:
         """The parameters, fixed at construction."""
         return self._params
 
@@ -183,7 +184,7 @@ class SGD(Optimizer):
     _STATE = ("velocity",)
     velocity = _State()
 
-    def __init__(self, params: Iterable[Any], lr: LearningRate = 0.01, momentum: float = 0.0,
+    def __init__(self, params: Iterable[Scalar], lr: LearningRate = 0.01, momentum: float = 0.0,
                  weight_decay: float = 0.0) -> None:
         super().__init__(params, lr)
         self.momentum = to_setting(momentum, "momentum")
@@ -205,7 +206,7 @@ class Adam(Optimizer):
     m = _State()
     v = _State()
 
-    def __init__(self, params: Iterable[Any], lr: LearningRate = 0.001,
+    def __init__(self, params: Iterable[Scalar], lr: LearningRate = 0.001,
                  betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0) -> None:
         super().__init__(params, lr)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Tuple, Unio
 from ._core import ffi, lib
 from ._numbers import not_a_number, real_array
 from ._lifetime import extras
+from ._value_ops import Scalar
 from .engine import Value
 
 if TYPE_CHECKING:
@@ -63,8 +64,8 @@ class Program:
     __slots__ = ("_output", "_outputs", "_inputs", "_program", "_batch", "_lock", "_n",
                  "__weakref__")
 
-    def __init__(self, output: Union[Value, Sequence[Value]],
-                 inputs: Optional[Iterable[Value]] = None) -> None:
+    def __init__(self, output: Union[Scalar, Iterable[Scalar]],
+                 inputs: Optional[Iterable[Scalar]] = None) -> None:
         single: Optional[Value] = output if isinstance(output, Value) else None
         outputs = (single,) if single is not None else _values(output, "compile's outputs")
         if not outputs:
@@ -218,8 +219,8 @@ def _describe(h: int) -> str:
             "its value and backward are Python's, so it can't be replayed")
 
 
-def compile(output: Union[Value, Sequence[Value]],  # noqa: A001 - as torch.compile
-            inputs: Optional[Iterable[Value]] = None) -> Program:
+def compile(output: Union[Scalar, Iterable[Scalar]],  # noqa: A001 - as torch.compile
+            inputs: Optional[Iterable[Scalar]] = None) -> Program:
     """Compile the graph below ``output`` (a Value, or a list of Values) for
     replay (see the module doc).  ``inputs``: the leaves that vary per row,
     for ``Program.map``; every other leaf is shared by all rows."""

@@ -119,7 +119,8 @@ def test_modules_leave_the_engine_choice_to_the_backend(mod):
     tree = ast.parse(inspect.getsource(mod))
     # Of the package, they import only the backend, the number rules and the
     # version (for messages): not the engines, their fused ops or the C core.
-    assert _imports_of(tree) <= {"_backend", "_numbers", "_version"}, mod.__name__
+    # (and _value_ops: the Value protocols, types only)
+    assert _imports_of(tree) <= {"_backend", "_numbers", "_version", "_value_ops"}, mod.__name__
     assert "_backend" in _imports_of(tree), mod.__name__
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}

@@ -37,7 +37,7 @@ _NOT_API = {"__module__", "__doc__", "__dict__", "__weakref__", "__slots__", "__
             "__annotations__", "__firstlineno__", "__static_attributes__", "__init__",
             "__new__", "__init_subclass__", "__subclasshook__", "__hash__", "__eq__",
             "__dataclass_fields__", "__dataclass_params__", "__match_args__", "__orig_bases__",
-            "__parameters__",
+            "__parameters__", "__class_getitem__",   # typing: Module[P] (docs: pygrad.nn.Scalar)
             # copy and pickle protocol: documented in prose ("Copies and pickles")
             "__getstate__", "__setstate__", "__reduce__", "__reduce_ex__", "__deepcopy__",
             "__copy__", "__replace__",  # copy.replace (3.13 adds it to namedtuples)
