@@ -157,6 +157,25 @@ def _dead_count() -> int:
 _DEAD_IN_LOOP = _dead_count()
 
 
+def _dead_in_scan() -> int:
+    """The count ``_survivors``' scan sees for a Value only its list holds
+    (compress holds the item it is deciding on too)."""
+    vals: List[Any] = [object()]
+    seen: List[int] = []
+    list(compress(vals, map(seen.append, map(_getrefcount, vals))))
+    return seen[0]
+
+
+_DEAD_IN_SCAN = _dead_in_scan()
+
+
+def _survivors(vals: List[Any]) -> List[Any]:
+    """The Values of ``vals`` that something besides the list holds, by
+    C-level scans: the dead ones are not touched."""
+    return list(filter(_not_none, compress(vals, map(_DEAD_IN_SCAN.__lt__,
+                                                     map(_getrefcount, vals)))))
+
+
 def _sweep(vals: List[Any]) -> List[int]:
     """Drop from ``vals`` every Value only it holds; their offsets.  A
     C-level pass finds the dead; if there were any, what they held may be
@@ -187,10 +206,12 @@ def _settle_closed() -> None:
         for sid in list(sids[0:n]):
             vals = lists.get(sid)
             if vals is not None:
-                _sweep(vals)
-                for v in list(filter(_not_none, vals)):
-                    registry.add(v)         # registered, then claimed:
-                    v._s = hold(v._h)       # the list still holds it
+                # The dead go with the list; the rest are registered, then
+                # claimed, while the list still holds them.  (A Value only a
+                # dead one held gets a claim too, released as it dies.)
+                for v in _survivors(vals):
+                    registry.add(v)
+                    v._s = hold(v._h)
                 lists.pop(sid, None)
                 vals = v = None
             lib.pg_settle(sid)
