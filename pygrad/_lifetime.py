@@ -13,7 +13,8 @@ its state diagram (eight concepts); what Python does in it:
   segments settle when a new segment's list is made (``new_list``), and
   every segment at a full garbage collection (``_at_full_collection``) and
   on ``settle()`` (Python-held Values then trade the list for claims, so
-  that the collection sees their cycles).
+  that the collection sees their cycles).  A Ctrl-C that lands in the
+  collection callback is delivered again (``_unraisable``).
 * **Claims.**  A settled Value holds its node through ``_s``, a claim that
   C releases (a cffi allocator's free, ``pg_claim_free``) when the Value
   dies: no Python code runs then, so an interrupt can't cut a release in
@@ -325,7 +326,20 @@ def _interrupt_later() -> None:
         pass
 
 
+def _unraisable(args: Any, _previous: Any = sys.unraisablehook) -> None:
+    """Python checks for a pending signal as a function starts, so a
+    KeyboardInterrupt can rise at ``_at_full_collection``'s first
+    instruction, before any ``try`` of its own; the collection then reports
+    it as unraisable and drops it (a Ctrl-C lost in a training loop).  That
+    one is delivered again; anything else goes to the hook that was there."""
+    if args.exc_type is KeyboardInterrupt and args.object is _at_full_collection:
+        _interrupt_later()
+    else:
+        _previous(args)
+
+
 gc.callbacks.append(_at_full_collection)
+sys.unraisablehook = _unraisable
 
 
 def lock() -> Any:
