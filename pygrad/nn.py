@@ -177,17 +177,21 @@ class Module(Generic[P]):
         operations (one C call each on the C engine).  Kept while
         ``parameters()`` returns the same objects: comparing the lists is
         a C loop over identities, packing them is not."""
-        params = self.parameters()
+        # pygrad's own parameters() is compared before its deduplication
+        # (the same list then gives the same parameters): a set less a call.
+        own = type(self).parameters is Module.parameters
+        listed = self._all_parameters() if own else self.parameters()
         try:
             cached = _bulk_cache.get(self)
         except TypeError:            # a Module that can't be weakly referenced
             cached = None
-        if cached is not None and cached[0] == params:
+        if cached is not None and cached[0] == listed:
             return cached[1], cached[2]
+        params = _first_seen(listed) if own else listed
         backend = backend_of(params, allow_mixed=True)
         packed = backend.pack(params)
         try:
-            _bulk_cache[self] = (params, backend, packed)
+            _bulk_cache[self] = (listed, backend, packed)
         except TypeError:
             pass
         return backend, packed
