@@ -1,5 +1,6 @@
 """C nodes are reclaimed once no Python Value can reach them."""
 import gc
+import os
 import random
 import sys
 
@@ -245,6 +246,11 @@ def test_dead_pages_of_a_kept_segment_go_back_to_the_os():
     settle()
     assert len(kept) == 200 and kept[-1].data == 1.5
     grown = (rss_pages() - start) * 4096
-    # 200 segments hold 2 * 4096 * 200 nodes of 48 B made: 75 MiB if kept resident
-    assert grown < 25 * 2**20, f"{grown / 2**20:.1f} MiB stayed resident"
+    # 200 segments hold 2 * 4096 * 200 nodes of 48 B made: 75 MiB if kept
+    # resident.  Under AddressSanitizer (.ci/sanitize, PYTHONMALLOC=malloc)
+    # every freed Python object waits in its quarantine, resident: RSS then
+    # measures the sanitizer (75 to 215 MiB, with the old code too), not
+    # pygrad, and only the advice is checked.
+    if "libasan" not in os.environ.get("LD_PRELOAD", ""):
+        assert grown < 25 * 2**20, f"{grown / 2**20:.1f} MiB stayed resident"
     assert internals.advice_refused() == refused
