@@ -8,8 +8,10 @@
  *   3. claim    Python's hold on one node (a pg_claim, released in C by
  *               ffi.gc when the Value that owns it dies).
  *   4. fresh    a node just handed to Python as a new Value.  The Value sits
- *               in its segment's list in Python, so nothing needs to be
+ *               in Python's table at index h, so nothing needs to be
  *               counted per op; the node is held until Python settles it.
+ *               Only unsettled segments (pg_unsettled_segments) have
+ *               Values in the table.
  *   5. segment  PG_SEG_NODES slots mapped from the OS, never moved, so a
  *               handle (sid << PG_SEG_BITS | offset) stays valid while its
  *               node lives.  Each thread bump-allocates in a segment of its
@@ -408,6 +410,15 @@ uint32_t pg_closed_segments(uint32_t *sids, uint32_t cap) {
     pg_lock();
     uint32_t n = 0;
     for (pg_seg *s = closed; s != NULL && n < cap; s = s->next_closed) sids[n++] = s->sid;
+    pg_unlock();
+    return n;
+}
+
+uint32_t pg_unsettled_segments(uint32_t *sids, uint32_t cap) {
+    pg_lock();
+    uint32_t n = 0;
+    for (pg_seg *s = newest; s != NULL && n < cap; s = s->older)
+        if (s->open || s->queued) sids[n++] = s->sid;
     pg_unlock();
     return n;
 }

@@ -1,20 +1,25 @@
 """Python's side of node lifetime.  csrc/memory.c has the whole design and
 its state diagram (eight concepts); what Python does in it:
 
-* **Fresh Values sit in their segment's list.**  Each op result and leaf is
-  stored in ``lists[sid][offset]`` as it is made: one list store per op, no
-  claim or weak reference.  The list is also how ``_prev`` finds the Value
-  of a node, so there is one Value per node (``values_of``).
-* **Settling** reads those Values' reference counts (C-level scans of the
-  lists), never the heap: a Value that only its list holds is dead, so it
-  leaves the list and its node's fresh mark is cleared (the node is freed
-  if nothing else holds it).  In a closed segment a live Value takes a
-  claim of its own and moves to the registry, and the list goes.  Closed
-  segments settle when a new segment's list is made (``new_list``), and
-  every segment at a full garbage collection (``_at_full_collection``) and
-  on ``settle()`` (Python-held Values then trade the list for claims, so
-  that the collection sees their cycles).  A Ctrl-C that lands in the
-  collection callback is delivered again (``_unraisable``).
+* **Fresh Values sit in the table.**  Each op result and leaf is stored
+  in ``values[h]`` as it is made: one list store per op, indexed by the
+  handle itself, no claim or weak reference.  The table is also how
+  ``_prev`` finds the Value of a node, so there is one Value per node
+  (``values_of``).  It spans every segment id in use (a segment's range is
+  PG_SEG_NODES long) and grows when an op's handle is past its end
+  (``store``).
+* **Settling** reads those Values' reference counts (C-level scans of a
+  segment's range), never the heap: a Value that only the table holds is
+  dead, so it leaves the table and its node's fresh mark is cleared (the
+  node is freed if nothing else holds it).  In a closed segment a live
+  Value takes a claim of its own and moves to the registry, and the range
+  is emptied.  Closed segments settle at any garbage collection
+  (``_at_collection``: ops fill the young generation, so one comes every
+  few hundred ops), after each ``backward()`` and when the table grows
+  (the ways with the collector off).  Every unsettled segment settles at a
+  full collection and on ``settle()`` (Python-held Values then trade the
+  table for claims, so that the collection sees their cycles).  A Ctrl-C that lands in the collection
+  callback is delivered again (``_unraisable``).
 * **Claims.**  A settled Value holds its node through ``_s``, a claim that
   C releases (a cffi allocator's free, ``pg_claim_free``) when the Value
   dies: no Python code runs then, so an interrupt can't cut a release in
@@ -27,7 +32,7 @@ its state diagram (eight concepts); what Python does in it:
   node: they live in ``extras``, indexed from the C node.
 
 Every step is ordered so that a KeyboardInterrupt between any two leaves
-nothing unheld: a Value is claimed and registered before its list goes,
+nothing unheld: a Value is claimed and registered before its range empties,
 and a segment is marked settled (``pg_settle``) only after that.
 """
 import _thread
@@ -44,11 +49,11 @@ from typing import Any, List, Optional
 
 from ._core import ffi, lib
 
-__all__ = ["lists", "registry", "hold", "lock", "values_of", "existing_value",
+__all__ = ["values", "store", "reach", "registry", "hold", "lock", "values_of", "existing_value",
            "settle", "settle_closed", "extras", "check"]
 
 SEG_BITS: int = lib.PG_SEG_BITS
-OFFSET_MASK: int = lib.PG_SEG_NODES - 1
+SEG_NODES: int = lib.PG_SEG_NODES
 _getrefcount = sys.getrefcount
 _new = object.__new__
 
@@ -83,16 +88,20 @@ def hold(h: int, _hold: Any = lib.pg_hold) -> Any:
     return claim if rc == 0 else check(rc, "a node claim")
 
 
-def new_list(sid: int) -> List[Any]:
-    """The list of a segment's Values, made as its first Value comes (a
-    thread has moved to a new segment, so another one may have closed)."""
-    vals = lists.get(sid)
-    if vals is None:
-        vals = lists[sid] = [None] * lib.PG_SEG_NODES
-        settle_closed()
-        if len(held_fresh) > 4 * lib.PG_SEG_NODES:
-            del held_fresh[:len(held_fresh) // 2]     # settled long since, mostly
-    return vals
+def store(h: int, v: Any) -> None:
+    """values[h] = v where the table does not reach h yet: a segment id
+    this process had not used, so the table grows by whole segments.  Then
+    the closed segments settle (without the collector, this is when)."""
+    while len(values) <= h:
+        values.extend(_EMPTY)
+    values[h] = v
+    settle_closed()
+
+
+def reach(h: int) -> None:
+    """Grow the table to cover handle h (a run of new nodes up to h)."""
+    if len(values) <= h:
+        store(h, None)
 
 
 class Registry:
@@ -128,71 +137,68 @@ class Registry:
         return len(self.refs)
 
 
-# sid -> the Values made in that segment, by offset (None: no Value).
-lists: "dict[int, List[Any]]" = {}
+# Handle -> the Value made for that node while its segment is unsettled
+# (None: no Value).  Only ever mutated in place: engine binds it.
+values: List[Any] = []
+_EMPTY: List[None] = [None] * SEG_NODES
 registry = Registry()
 # Handles of the Python-held Values stored since the last full collection
 # (they are few: custom ops and what is above them).
 held_fresh: List[int] = []
-# Guards the lists against a lookup and a settle at once (another thread's,
+# Guards the table against a lookup and a settle at once (another thread's,
 # or a garbage collection's).  Taken only by `with` (an interrupt can't
 # leave it held); re-entrant, because a collection may start while this
 # thread settles: every step of a settle may safely run twice.
 _lock = threading.RLock()
 
 
-# The count map(getrefcount, a list) sees for a Value only the list holds.
-_DEAD = list(map(_getrefcount, [object()]))[0]
-
-
-def _dead_count() -> int:
-    """The count ``_sweep``'s second pass sees for a Value only its list
-    holds (the list, the loop's variable, the call's argument)."""
-    vals = [object()]
+def _dead_counts() -> "tuple[int, int, int]":
+    """The reference counts a Value only the table holds shows to the scans
+    below, which read a copy of its segment's range (``vals``): in a map
+    over the copy, in ``_survivors``' scan (compress holds the item it is
+    deciding on), and in ``_sweep``'s second pass (its loop variable)."""
+    table: List[Any] = [None, object()]
+    vals = table[1:2]
+    in_map = list(map(_getrefcount, vals))[0]
+    seen: List[int] = []
+    list(compress(vals, map(seen.append, map(_getrefcount, vals))))
     for i in (0,):
         v = vals[i]
-        return _getrefcount(v)
+        return in_map, seen[0], _getrefcount(v)
     raise AssertionError
 
 
-_DEAD_IN_LOOP = _dead_count()
+_DEAD, _DEAD_IN_SCAN, _DEAD_IN_LOOP = _dead_counts()
 
 
-def _dead_in_scan() -> int:
-    """The count ``_survivors``' scan sees for a Value only its list holds
-    (compress holds the item it is deciding on too)."""
-    vals: List[Any] = [object()]
-    seen: List[int] = []
-    list(compress(vals, map(seen.append, map(_getrefcount, vals))))
-    return seen[0]
-
-
-_DEAD_IN_SCAN = _dead_in_scan()
-
-
-def _survivors(vals: List[Any]) -> List[Any]:
-    """The Values of ``vals`` that something besides the list holds, by
-    C-level scans: the dead ones are not touched."""
+def _survivors(base: int) -> List[Any]:
+    """The Values in segment range ``base`` that something besides the
+    table holds, by C-level scans: the dead ones are not touched."""
+    vals = values[base:base + SEG_NODES]
     return list(filter(_not_none, compress(vals, map(_DEAD_IN_SCAN.__lt__,
                                                      map(_getrefcount, vals)))))
 
 
-def _sweep(vals: List[Any]) -> List[int]:
-    """Drop from ``vals`` every Value only it holds; their offsets.  A
-    C-level pass finds the dead; if there were any, what they held may be
-    free now (``_hold``, ``_prev``: always older Values), so one pass over
-    the rest, newest first, drops those too, a whole chain at once."""
+def _sweep(lo: int, hi: int) -> None:
+    """Drop from the table's handles lo..hi (one segment's) every Value only
+    the table holds, and clear their nodes' fresh marks.  A C-level pass
+    finds the dead; if there were any, what they held may be free now
+    (``_hold``, ``_prev``: always older Values), so one pass over the rest,
+    newest first, drops those too, a whole chain at once."""
+    vals = values[lo:hi]
     gone = list(compress(range(len(vals)), map(_DEAD.__eq__, list(map(_getrefcount, vals)))))
     if not gone:
-        return gone
+        return
     for i in reversed(gone):
-        vals[i] = None
+        values[lo + i] = vals[i] = None
     for i in reversed(list(compress(range(len(vals)), map(is_not, vals, repeat(None))))):
         v = vals[i]
         if _getrefcount(v) <= _DEAD_IN_LOOP:
-            vals[i] = None
+            values[lo + i] = vals[i] = None
             gone.append(i)
-    return gone
+    del vals      # the last hold on the dead Values but the loop's
+    v = None
+    lib.pg_unfresh(ffi.new("uint32_t[]", [lo + i for i in gone]), len(gone))
 
 
 _not_none = partial(is_not, None)    # not falsiness: a Value subclass may define __bool__
@@ -205,17 +211,19 @@ def _settle_closed() -> None:
         if not n:
             return
         for sid in list(sids[0:n]):
-            vals = lists.get(sid)
-            if vals is not None:
-                # The dead go with the list; the rest are registered, then
-                # claimed, while the list still holds them.  (A Value only a
-                # dead one held gets a claim too, released as it dies.)
-                for v in _survivors(vals):
+            base = sid << SEG_BITS
+            if base < len(values):
+                # The dead go as the range empties; the rest are registered,
+                # then claimed, while the table still holds them.  (A Value
+                # only a dead one held gets a claim too, released as it dies.)
+                for v in _survivors(base):
                     registry.add(v)
                     v._s = hold(v._h)
-                lists.pop(sid, None)
-                vals = v = None
+                v = None
+                values[base:base + SEG_NODES] = _EMPTY
             lib.pg_settle(sid)
+        if len(held_fresh) > 4 * SEG_NODES:
+            del held_fresh[:len(held_fresh) // 2]     # settled long since, mostly
 
 
 def settle_closed() -> None:
@@ -224,39 +232,49 @@ def settle_closed() -> None:
         _settle_closed()
 
 
+def _unsettled() -> List[int]:
+    """The sids of the segments not settled yet (open or closed), newest
+    first: the only ranges of the table that may hold Values."""
+    while True:
+        cap = lib.pg_live_segments() + 16
+        sids = ffi.new("uint32_t[]", cap)
+        n = lib.pg_unsettled_segments(sids, cap)
+        if n < cap:
+            return list(sids[0:n])
+
+
 def _settle_open(promote: bool) -> None:
-    # As a closed segment's, but the list stays for the Values still to
-    # come, and a node whose Value is not stored yet (an op under way in
-    # another thread) keeps its fresh mark.  Only Python-held Values (with
-    # promote: before a full collection) trade their place in the list for
-    # a claim: a closure's cycle keeps them from ever looking dead, and in
-    # the list they would keep the whole cycle from the collector.
+    # As a closed segment's, but the range keeps the Values still to come,
+    # and a node whose Value is not stored yet (an op under way in another
+    # thread) keeps its fresh mark.  Only Python-held Values (with promote:
+    # before a full collection) trade their place in the table for a claim:
+    # a closure's cycle keeps them from ever looking dead, and in the table
+    # they would keep the whole cycle from the collector.
     held = held_fresh[:]
     del held_fresh[:len(held)]
-    by_sid: "dict[int, List[int]]" = {}
+    for sid in _unsettled():
+        base = sid << SEG_BITS
+        if base < len(values):
+            _sweep(base, base + SEG_NODES)
     if promote:
+        gone = []
         for h in held:
-            by_sid.setdefault(h >> SEG_BITS, []).append(h & OFFSET_MASK)
-    for sid, vals in list(lists.items())[::-1]:        # newest first
-        gone = _sweep(vals)
-        for i in by_sid.get(sid, ()):
-            v = vals[i]
+            v = values[h] if h < len(values) else None
             if v is not None:
                 registry.add(v)     # registered, then claimed, then out
-                v._s = hold(v._h)
-                vals[i] = None
-                gone.append(i)
+                v._s = hold(h)
+                values[h] = None
+                gone.append(h)
+        v = None
         if gone:
-            base = sid << SEG_BITS
-            handles = ffi.new("uint32_t[]", [base | i for i in gone])
-            lib.pg_unfresh(handles, len(gone))
+            lib.pg_unfresh(ffi.new("uint32_t[]", gone), len(gone))
 
 
 def settle() -> None:
     """Settle every segment now: nodes whose Values are gone are freed.  The
     calling thread's segment is closed first (no op of this thread can be
     under way), so even nodes whose Value never came (an op interrupted
-    between C and Python) go.  Python-held Values leave the lists for
+    between C and Python) go.  Python-held Values leave the table for
     claims, then a full garbage collection frees the closure cycles no one
     holds, and a second pass what only they held."""
     with _lock:
@@ -270,13 +288,14 @@ def settle() -> None:
         registry.purge()
 
 
-def _at_full_collection(phase: str, info: "dict[str, int]") -> None:
-    """A full garbage collection (``gc.collect()``, or Python's own) settles
-    too, so a graph dropped without ``backward()`` is freed by it, as
-    micrograd's (whose closures make cycles) is.  At its start, Python-held
-    Values trade their places in the lists for claims, so this collection
-    frees their cycles; at its stop, a second pass frees what only those
-    cycles held.
+def _at_collection(phase: str, info: "dict[str, int]") -> None:
+    """Any garbage collection settles the closed segments as it starts.  A
+    full one (``gc.collect()``, or Python's own) settles every segment, so
+    a graph dropped without ``backward()`` is freed by it, as micrograd's
+    (whose closures make cycles) is.  At its start, Python-held Values
+    trade their places in the table for claims, so this collection frees
+    their cycles; at its stop, a second pass frees what only those cycles
+    held.
 
     It runs in the middle of whatever allocated: if this thread is in a
     settle or a lookup already (the lock is its own), or another thread is,
@@ -286,16 +305,18 @@ def _at_full_collection(phase: str, info: "dict[str, int]") -> None:
     (Python reports an exception from a gc callback as unraisable), so it
     is delivered to the main thread again once the callback is over."""
     global _collecting
-    if info.get("generation") != 2:
+    full = info.get("generation") == 2
+    if not full and (phase != "start" or not lib.pg_closed_segments(peek, 1)):
         return
     _collecting = True
     try:
         if not _lock._is_owned() and _lock.acquire(blocking=False):   # type: ignore[attr-defined]
             try:
                 _settle_closed()
-                _settle_open(promote=phase == "start")
-                if phase == "stop":
-                    registry.purge()
+                if full:
+                    _settle_open(promote=phase == "start")
+                    if phase == "stop":
+                        registry.purge()
             finally:
                 _lock.release()
     except KeyboardInterrupt:
@@ -303,7 +324,12 @@ def _at_full_collection(phase: str, info: "dict[str, int]") -> None:
     except BaseException:   # noqa: B036  (see above: a later settle redoes it)
         pass
     finally:
-        _collecting = phase == "start"
+        _collecting = full and phase == "start"
+
+
+# Where pg_closed_segments writes when all that is asked is whether any
+# segment waits (the sid is never read, so threads may share it).
+peek = ffi.new("uint32_t[1]")
 
 
 # From the start of a full collection's first callback to the end of its
@@ -328,17 +354,17 @@ def _interrupt_later() -> None:
 
 def _unraisable(args: Any, _previous: Any = sys.unraisablehook) -> None:
     """Python checks for a pending signal as a function starts, so a
-    KeyboardInterrupt can rise at ``_at_full_collection``'s first
+    KeyboardInterrupt can rise at ``_at_collection``'s first
     instruction, before any ``try`` of its own; the collection then reports
     it as unraisable and drops it (a Ctrl-C lost in a training loop).  That
     one is delivered again; anything else goes to the hook that was there."""
-    if args.exc_type is KeyboardInterrupt and args.object is _at_full_collection:
+    if args.exc_type is KeyboardInterrupt and args.object is _at_collection:
         _interrupt_later()
     else:
         _previous(args)
 
 
-gc.callbacks.append(_at_full_collection)
+gc.callbacks.append(_at_collection)
 sys.unraisablehook = _unraisable
 
 
@@ -349,9 +375,8 @@ def lock() -> Any:
 
 def existing_value(h: int) -> Optional[Any]:
     """The Value of node h, if one exists (lock held)."""
-    vals = lists.get(h >> SEG_BITS)
-    if vals is not None:
-        v = vals[h & OFFSET_MASK]
+    if h < len(values):
+        v = values[h]
         if v is not None:
             return v
     return registry.get(h)

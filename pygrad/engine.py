@@ -3,7 +3,7 @@
 A Value is a thin handle: ``_h`` names its node in C.  The numbers and the
 graph live in C; each operator is one C call, and the forward and gradient
 rules of every op are in csrc/ops.c.  Lifetime (csrc/memory.c,
-pygrad/_lifetime.py): a new Value is stored in its segment's list, and
+pygrad/_lifetime.py): a new Value is stored in the table of fresh Values, and
 settling later gives the Values still in use a claim of their own (``_s``).
 A Python-held Value (a custom op, or an op over one) keeps its operands'
 Values in ``_hold``; ``_kids`` caches ``_prev``.  There is one Value per
@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Set, Tuple
 from . import _lifetime, _ops
 from ._core import ffi, lib
 from ._lifetime import check as _check
-from ._lifetime import extras, held_fresh as _held_fresh, lists as _lists
+from ._lifetime import extras, held_fresh as _held_fresh, store as _store, values as _values
 from ._copies import new_leaf
 from ._numbers import real_or_none, value_data
 
@@ -26,9 +26,6 @@ __all__ = ["Value", "settle"]
 _new = object.__new__
 _HELD = lib.PG_HELD
 _powk_float, _powk_int = lib.pg_powk_float, lib.pg_powk_int
-# A handle is sid << SEG_BITS | offset; the hot paths index the segment
-# lists with these two (bound as closure constants).
-_BITS, _MASK = _lifetime.SEG_BITS, _lifetime.OFFSET_MASK
 
 
 def settle() -> None:
@@ -45,9 +42,9 @@ def _held(h: int, kids: tuple) -> "Value":
     out._h = h
     out._hold = kids
     try:
-        _lists[h >> _BITS][h & _MASK] = out
-    except KeyError:     # its segment's first Value
-        _lifetime.new_list(h >> _BITS)[h & _MASK] = out
+        _values[h] = out
+    except IndexError:     # a segment id new to the table
+        _store(h, out)
     _held_fresh.append(h)
     return out
 
@@ -71,16 +68,16 @@ def _create(make: Callable[..., int], kids: tuple, *args: Any) -> "Value":
     out = _new(Value)
     out._h = h
     try:
-        _lists[h >> _BITS][h & _MASK] = out
-    except KeyError:     # its segment's first Value
-        _lifetime.new_list(h >> _BITS)[h & _MASK] = out
+        _values[h] = out
+    except IndexError:     # a segment id new to the table
+        _store(h, out)
     return out
 
 
 def _run(h: int, n: int, kids: Optional[Callable[[int], tuple]] = None) -> "list[Value]":
     """Values for the n consecutive new nodes h, h + 1, ... (one segment);
     with ``kids``, Python-held ones holding ``kids(j)``."""
-    vals = _lifetime.new_list(h >> _BITS)
+    _lifetime.reach(h + n - 1)
     values = []
     for j in range(n):
         v = _new(Value)
@@ -88,7 +85,7 @@ def _run(h: int, n: int, kids: Optional[Callable[[int], tuple]] = None) -> "list
         if kids is not None:
             v._hold = kids(j)
             _held_fresh.append(h + j)
-        vals[(h + j) & _MASK] = v
+        _values[h + j] = v
         values.append(v)
     return values
 
@@ -147,6 +144,7 @@ def make_function(data: float, kids: Any, partials: Any, n: int, name: str,
 
 
 _pg_leaf = lib.pg_leaf
+_closed_segments = lib.pg_closed_segments
 
 
 def _new_leaf(data: Any) -> int:
@@ -195,7 +193,6 @@ def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
     code = op.key.upper()
     make = getattr(lib, "pg_binary_" + code)
     make_k = getattr(lib, "pg_binary_k_" + code)
-    bits, mask = _BITS, _MASK
 
     def method(self: "Value", other: Any) -> "Value":
         t = type(other)
@@ -205,9 +202,9 @@ def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
                 out = _new(Value)
                 out._h = h
                 try:
-                    _lists[h >> bits][h & mask] = out
-                except KeyError:     # its segment's first Value
-                    _lifetime.new_list(h >> bits)[h & mask] = out
+                    _values[h] = out
+                except IndexError:     # a segment id new to the table
+                    _store(h, out)
                 return out
             return _attend(h, (self, other))
         if t is float or t is int:
@@ -220,9 +217,9 @@ def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
                 out = _new(Value)
                 out._h = h
                 try:
-                    _lists[h >> bits][h & mask] = out
-                except KeyError:     # its segment's first Value
-                    _lifetime.new_list(h >> bits)[h & mask] = out
+                    _values[h] = out
+                except IndexError:     # a segment id new to the table
+                    _store(h, out)
                 return out
             return _attend(h, (self,))
         return _other_operand(self, other, make, make_k, False)
@@ -237,7 +234,6 @@ def _binary_swapped(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
     code = op.key.upper()
     make = getattr(lib, "pg_binary_" + code)
     make_rk = getattr(lib, "pg_binary_rk_" + code)
-    bits, mask = _BITS, _MASK
 
     def method(self: "Value", other: Any) -> "Value":
         t = type(other)
@@ -250,9 +246,9 @@ def _binary_swapped(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
                 out = _new(Value)
                 out._h = h
                 try:
-                    _lists[h >> bits][h & mask] = out
-                except KeyError:     # its segment's first Value
-                    _lifetime.new_list(h >> bits)[h & mask] = out
+                    _values[h] = out
+                except IndexError:     # a segment id new to the table
+                    _store(h, out)
                 return out
             return _attend(h, (self,))
         return _other_operand(self, other, make, make_rk, True)
@@ -263,7 +259,6 @@ def _binary_swapped(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
 
 def _unary(op: _ops.Op, doc: str) -> Callable[["Value"], "Value"]:
     make = getattr(lib, "pg_unary_" + op.key.upper())
-    bits, mask = _BITS, _MASK
 
     def method(self: "Value") -> "Value":
         h = make(self._h)
@@ -271,9 +266,9 @@ def _unary(op: _ops.Op, doc: str) -> Callable[["Value"], "Value"]:
             out = _new(Value)
             out._h = h
             try:
-                _lists[h >> bits][h & mask] = out
-            except KeyError:     # its segment's first Value
-                _lifetime.new_list(h >> bits)[h & mask] = out
+                _values[h] = out
+            except IndexError:     # a segment id new to the table
+                _store(h, out)
             return out
         return _attend(h, (self,))
 
@@ -359,9 +354,9 @@ class Value(_ValueBase):
                 _check(h, "a leaf")
             self._h = h
             try:
-                _lists[h >> _BITS][h & _MASK] = self
-            except KeyError:     # its segment's first Value
-                _lifetime.new_list(h >> _BITS)[h & _MASK] = self
+                _values[h] = self
+            except IndexError:     # a segment id new to the table
+                _store(h, self)
             if label:
                 self.label = label
             return
@@ -387,9 +382,9 @@ class Value(_ValueBase):
         # as the node (the Values above hold it, for its closure's sake).
         self._name = _op
         try:
-            _lists[h >> _BITS][h & _MASK] = self
-        except KeyError:     # its segment's first Value
-            _lifetime.new_list(h >> _BITS)[h & _MASK] = self
+            _values[h] = self
+        except IndexError:     # a segment id new to the table
+            _store(h, self)
         _held_fresh.append(h)
         if label:
             self.label = label
@@ -508,6 +503,8 @@ class Value(_ValueBase):
             raise MemoryError("pygrad: out of memory in backward()")
         if rc < 0:
             raise ValueError("pygrad: backward() on a Value whose node no longer exists")
+        if _closed_segments(_lifetime.peek, 1):
+            _lifetime.settle_closed()       # with the collector off, this is when
 
     # -- operators ----------------------------------------------------------
 
@@ -537,9 +534,9 @@ class Value(_ValueBase):
             out = _new(Value)
             out._h = h
             try:
-                _lists[h >> _BITS][h & _MASK] = out
-            except KeyError:     # its segment's first Value
-                _lifetime.new_list(h >> _BITS)[h & _MASK] = out
+                _values[h] = out
+            except IndexError:     # a segment id new to the table
+                _store(h, out)
             return out
         return _attend(h, (self,))
 
@@ -567,7 +564,7 @@ def _record_backward(h: int) -> int:
         rc = lib.pg_backward(h, sweep)
         while rc > 0:
             # No lock: the root's Values hold this one (_hold), so no settle
-            # can drop it; it is in its list, or registered before it left.
+            # can drop it; it is in the table, or registered before it left.
             v = _lifetime.existing_value(rc - 1)
             fn = v.__dict__.get("_backward") if v is not None else None
             if fn is None:

@@ -325,11 +325,11 @@ class Interrupter:
 
 
 def in_collection_callback(frame) -> bool:
-    """Is this frame pygrad's full-collection callback, or under it?  That
+    """Is this frame pygrad's collection callback, or under it?  That
     code is not part of the action under test: a collection may run it
     anywhere, and it hands an interrupt back to run after the collection
     (tests/test_heap.py tests that)."""
-    callback = pygrad._lifetime._at_full_collection.__code__
+    callback = pygrad._lifetime._at_collection.__code__
     while frame is not None:
         if frame.f_code is callback:
             return True

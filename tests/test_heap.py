@@ -461,7 +461,7 @@ def test_keeping_one_interior_value_per_step_fits_1_gib_of_address_space():
 def test_building_while_keeping_every_value_does_bounded_work_per_segment():
     """What once made this quadratic was work per segment that grew with the
     Values kept.  Now each segment is settled once: at most a couple of
-    lists are open at any time, and each kept Value takes one claim."""
+    segments are unsettled at any time, and each kept Value takes one claim."""
     from pygrad import _lifetime
     engine.settle()
     claims_before = len(_lifetime.registry)
@@ -470,7 +470,7 @@ def test_building_while_keeping_every_value_does_bounded_work_per_segment():
     for i in range(100_000):
         held.append(held[-1] * 1.0000001)
         if i % 1000 == 0:
-            most_open = max(most_open, len(_lifetime.lists))
+            most_open = max(most_open, len(_lifetime._unsettled()))
     assert most_open <= 2
     engine.settle()
     assert len(_lifetime.registry) - claims_before >= len(held) - 1
