@@ -423,6 +423,17 @@ uint32_t pg_unsettled_segments(uint32_t *sids, uint32_t cap) {
     return n;
 }
 
+uint32_t pg_fresh_nodes(uint32_t sid) {
+    pg_lock();
+    uint32_t n = 0;
+    if (pg_seg_valid(sid)) {
+        const pg_seg *seg = pg_segtab[sid];
+        for (uint32_t i = 0; i < seg->used; i++) n += (seg->nodes[i].flags & PG_F_FRESH) != 0;
+    }
+    pg_unlock();
+    return n;
+}
+
 int32_t pg_settle(uint32_t sid) {
     pg_lock();
     int32_t rc = PG_E_ARG;

@@ -251,7 +251,7 @@ UNARY_OP(ABS, fabs(x), sign_of(x) * g)
  * data and grad, X(src, j) and G(src, j) child j's data and grad.
  * Backward adds as the plain graph would: its mul nodes last term first,
  * and b's add node just before the first term's mul. */
-#define LINEAR_RULES(prefix, src_t, COUNT, VARIANT, Y, GY, X, G)               \
+#define LINEAR_RULES(prefix, src_t, COUNT, VARIANT, Y, GY, X, G, PAIR_GRAD)    \
     static void prefix##_forward_LINEAR(src_t src) {                            \
         uint32_t nk = COUNT(src), j = 2;                                        \
         double acc;                                                             \
@@ -270,8 +270,7 @@ UNARY_OP(ABS, fabs(x), sign_of(x) * g)
         uint32_t first = (VARIANT(src) & PG_LINEAR_BIAS) ? 1 : 0;               \
         for (uint32_t j = nk; j > first; j -= 2) {                              \
             if (first && j - 2 == first) G(src, 0) += g;                        \
-            G(src, j - 2) += X(src, j - 1) * g;                                 \
-            G(src, j - 1) += X(src, j - 2) * g;                                 \
+            PAIR_GRAD(src, j - 2, j - 1, g);                                    \
         }                                                                       \
         if (first && nk == 1) G(src, 0) += g;                                   \
     }
@@ -281,7 +280,16 @@ UNARY_OP(ABS, fabs(x), sign_of(x) * g)
 #define NODE_GY(n) ((n)->grad)
 #define NODE_X(n, j) (pg_N((n)->aux.kids[j])->data)
 #define NODE_G(n, j) (pg_N((n)->aux.kids[j])->grad)
-LINEAR_RULES(node, pg_node *, NODE_COUNT, NODE_VARIANT, NODE_Y, NODE_GY, NODE_X, NODE_G)
+/* A weight w times an input x: w.grad += x * g, then x.grad += w * g.  The
+ * two nodes are looked up once, not once per access. */
+#define NODE_PAIR_GRAD(n, a, b, g)                                      \
+    do {                                                                \
+        pg_node *w_ = pg_N((n)->aux.kids[a]), *x_ = pg_N((n)->aux.kids[b]); \
+        w_->grad += x_->data * (g);                                     \
+        x_->grad += w_->data * (g);                                     \
+    } while (0)
+LINEAR_RULES(node, pg_node *, NODE_COUNT, NODE_VARIANT, NODE_Y, NODE_GY, NODE_X, NODE_G,
+             NODE_PAIR_GRAD)
 #define forward_LINEAR node_forward_LINEAR
 #define backward_LINEAR node_backward_LINEAR
 
@@ -380,7 +388,13 @@ static int shared_weights(const pg_rows *r, uint32_t j, uint32_t k) {
 #define ROW_GY(r) ((r)->gy[0])
 #define ROW_X(r, j) ((r)->x[j][0])
 #define ROW_G(r, j) ((r)->gx[j][0])
-LINEAR_RULES(row, const pg_rows *, ROW_COUNT, ROW_VARIANT, ROW_Y, ROW_GY, ROW_X, ROW_G)
+#define ROW_PAIR_GRAD(r, a, b, g)                   \
+    do {                                            \
+        ROW_G(r, a) += ROW_X(r, b) * (g);           \
+        ROW_G(r, b) += ROW_X(r, a) * (g);           \
+    } while (0)
+LINEAR_RULES(row, const pg_rows *, ROW_COUNT, ROW_VARIANT, ROW_Y, ROW_GY, ROW_X, ROW_G,
+             ROW_PAIR_GRAD)
 
 static void rows_forward_LINEAR(const pg_rows *r) {
     if (r->n == 1) {

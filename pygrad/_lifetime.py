@@ -171,9 +171,15 @@ def _dead_counts() -> "tuple[int, int, int]":
 _DEAD, _DEAD_IN_SCAN, _DEAD_IN_LOOP = _dead_counts()
 
 
-def _survivors(base: int) -> List[Any]:
-    """The Values in segment range ``base`` that something besides the
-    table holds, by C-level scans: the dead ones are not touched."""
+def _survivors(sid: int) -> List[Any]:
+    """The Values of segment sid that something besides the table holds,
+    by C-level scans: the dead ones are not touched.  In a sparse segment
+    (most nodes of a fused layer have no Value) the empty slots go first,
+    by the cheapest scan.  Either way ``vals`` holds each Value once."""
+    base = sid << SEG_BITS
+    if 2 * lib.pg_fresh_nodes(sid) < SEG_NODES:
+        vals = list(filter(_not_none, values[base:base + SEG_NODES]))
+        return list(compress(vals, map(_DEAD_IN_SCAN.__lt__, map(_getrefcount, vals))))
     vals = values[base:base + SEG_NODES]
     return list(filter(_not_none, compress(vals, map(_DEAD_IN_SCAN.__lt__,
                                                      map(_getrefcount, vals)))))
@@ -216,7 +222,7 @@ def _settle_closed() -> None:
                 # The dead go as the range empties; the rest are registered,
                 # then claimed, while the table still holds them.  (A Value
                 # only a dead one held gets a claim too, released as it dies.)
-                for v in _survivors(base):
+                for v in _survivors(sid):
                     registry.add(v)
                     v._s = hold(v._h)
                 v = None
