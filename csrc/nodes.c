@@ -342,6 +342,9 @@ double pg_data(uint32_t h) { return pg_N(h)->data; }
 void pg_set_data(uint32_t h, double v) { pg_N(h)->data = v; }
 double pg_grad(uint32_t h) { return pg_N(h)->grad; }
 void pg_set_grad(uint32_t h, double v) { pg_N(h)->grad = v; }
+_Static_assert(offsetof(pg_node, grad) == offsetof(pg_node, data) + sizeof(double),
+               "pg_numbers hands out data and grad as one array");
+double *pg_numbers(uint32_t h) { return pg_handle_valid(h) ? &pg_N(h)->data : NULL; }
 int pg_op(uint32_t h) { return pg_N(h)->op; }
 int64_t pg_describe(uint32_t h) {
     const pg_node *n = pg_N(h);

@@ -142,6 +142,9 @@ double pg_data(uint32_t h);
 void pg_set_data(uint32_t h, double v);
 double pg_grad(uint32_t h);
 void pg_set_grad(uint32_t h, double v);
+/* Where node h keeps its data and grad, side by side (NULL: no such node).
+ * Nodes never move, so a Value that holds its node may keep the address. */
+double *pg_numbers(uint32_t h);
 int pg_op(uint32_t h);
 /* op | flags << 8 | the index of its Python record << 16, in one call
  * (node h is live: its Value holds it). */

@@ -276,17 +276,32 @@ def _unary(op: _ops.Op, doc: str) -> Callable[["Value"], "Value"]:
     return method
 
 
-def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], name: str,
-             doc: str) -> Any:
-    """A float field of the C node, readable and writable."""
+_numbers_of = lib.pg_numbers
+
+
+def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], index: int,
+             name: str, doc: str) -> Any:
+    """A float field of the C node, readable and writable.  A Value that is
+    written to keeps its node's address (``_p``: data, grad), so that an
+    update loop's writes cost a store, not a call; reads cost the same
+    either way."""
     def fget(self: "Value", _get: Callable[[int], float] = get) -> float:
         return _get(self._h)
 
-    def fset(self: "Value", v: Any, _put: Callable[[int, float], None] = put) -> None:
+    def fset(self: "Value", v: Any, _put: Callable[[int, float], None] = put,
+             _i: int = index) -> None:
         t = type(v)
         if t is float or t is int:
             try:
-                _put(self._h, v)      # cffi makes an int a double as float(int) does
+                p = self._p
+            except AttributeError:
+                p = _numbers_of(self._h)
+                if p == ffi.NULL:
+                    _put(self._h, value_data(v, Value, name))
+                    return
+                self._p = p
+            try:
+                p[_i] = v      # cffi makes an int a double as float(int) does
                 return
             except OverflowError:
                 pass
@@ -339,7 +354,7 @@ class Value(_ValueBase):
     micrograd's Value.
     """
 
-    __slots__ = ("_h", "_s", "_hold", "_kids", "_name", "_label", "__dict__", "__weakref__")
+    __slots__ = ("_h", "_s", "_hold", "_kids", "_name", "_label", "_p", "__dict__", "__weakref__")
     _h: int
     _kids: Set["Value"]
     _name: str
@@ -391,8 +406,8 @@ class Value(_ValueBase):
 
     # -- numbers ------------------------------------------------------------
 
-    data: float = _c_field(lib.pg_data, lib.pg_set_data, "Value.data", "The forward value.")
-    grad: float = _c_field(lib.pg_grad, lib.pg_set_grad, "Value.grad",
+    data: float = _c_field(lib.pg_data, lib.pg_set_data, 0, "Value.data", "The forward value.")
+    grad: float = _c_field(lib.pg_grad, lib.pg_set_grad, 1, "Value.grad",
                     "d(root)/d(self), accumulated by ``backward()``.")
 
     # -- graph --------------------------------------------------------------

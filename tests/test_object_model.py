@@ -280,3 +280,40 @@ def test_a_bound_method_or_partial_as_backward_works():
     out._backward = functools.partial(push, b, out)
     (out * 5.0).backward()
     assert b.grad == 5.0
+
+
+# -- data and grad writes ---------------------------------------------------------
+
+def test_writes_reach_the_node_and_only_its_node_for_every_kind_of_value():
+    """A written Value keeps its node's address: the writes of an update
+    loop, then C's own reads and writes (backward, an optimizer, a copy),
+    all meet in the node, and a copy's writes stay in the copy."""
+    from pygrad import reference
+    ref_w, ref_b = reference.Value(0.5), reference.Value(-1.5)
+    w, b = Value(0.5), Value(-1.5)
+    custom = micrograd_style_tanh(w * 2.0)
+    values = [w, b, w * b, custom]
+    for step in range(3):
+        for v, x in zip(values, (1, True, np.float64(0.25), 2 ** 52 + 1)):
+            v.grad = 0
+            v.data = x
+            assert v.data == float(x) and v.grad == 0.0
+        w.data, b.data = 0.5 + step, -1.5
+        ref_w.data, ref_b.data = 0.5 + step, -1.5
+        for p in (w, b, ref_w, ref_b):
+            p.grad = 0.0
+        (w * b + w).backward()
+        (ref_w * ref_b + ref_w).backward()
+        assert (w.grad, b.grad) == (ref_w.grad, ref_b.grad)
+    optim.SGD([w, b], lr=0.5).step()
+    assert w.data == 2.5 - 0.5 * ref_w.grad and b.data == -1.5 - 0.5 * ref_b.grad
+    twin = copy.copy(w)
+    twin.data, twin.grad = 7.0, 8.0
+    assert (w.data, w.grad) == (2.5 - 0.5 * ref_w.grad, ref_w.grad)
+    w.data = 3.0
+    assert twin.data == 7.0 and pickle.loads(pickle.dumps(w)).data == 3.0
+    with pytest.raises(TypeError, match="Value.grad must be a real number"):
+        w.grad = "1"
+    with pytest.raises(ValueError, match="too large"):
+        w.data = 10 ** 400
+    assert w.data == 3.0
