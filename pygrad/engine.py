@@ -356,6 +356,7 @@ class Value(_ValueBase):
 
     __slots__ = ("_h", "_s", "_hold", "_kids", "_name", "_label", "_p", "__dict__", "__weakref__")
     _h: int
+    _p: Any          # the node's data and grad (a cffi double *), once written
     _kids: Set["Value"]
     _name: str
     _label: str
