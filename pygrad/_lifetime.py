@@ -99,7 +99,8 @@ def store(h: int, v: Any) -> None:
 
 
 def reach(h: int) -> None:
-    """Grow the table to cover handle h (a run of new nodes up to h)."""
+    """Grow the table to cover handle h (a run of new nodes up to h, whose
+    Values the caller stores next)."""
     if len(values) <= h:
         store(h, None)
 
@@ -177,10 +178,9 @@ def _survivors(sid: int) -> List[Any]:
     (most nodes of a fused layer have no Value) the empty slots go first,
     by the cheapest scan.  Either way ``vals`` holds each Value once."""
     base = sid << SEG_BITS
-    if 2 * lib.pg_fresh_nodes(sid) < SEG_NODES:
-        vals = list(filter(_not_none, values[base:base + SEG_NODES]))
-        return list(compress(vals, map(_DEAD_IN_SCAN.__lt__, map(_getrefcount, vals))))
     vals = values[base:base + SEG_NODES]
+    if 2 * lib.pg_fresh_nodes(sid) < SEG_NODES:
+        vals = list(filter(_not_none, vals))     # the copy it replaces goes at once
     return list(filter(_not_none, compress(vals, map(_DEAD_IN_SCAN.__lt__,
                                                      map(_getrefcount, vals)))))
 
