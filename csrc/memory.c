@@ -423,14 +423,19 @@ uint32_t pg_unsettled_segments(uint32_t *sids, uint32_t cap) {
     return n;
 }
 
-uint32_t pg_fresh_nodes(uint32_t sid) {
+uint32_t pg_fresh_nodes(uint32_t sid, uint32_t *held) {
     pg_lock();
-    uint32_t n = 0;
+    uint32_t n = 0, py = 0;
     if (pg_seg_valid(sid)) {
         const pg_seg *seg = pg_segtab[sid];
-        for (uint32_t i = 0; i < seg->used; i++) n += (seg->nodes[i].flags & PG_F_FRESH) != 0;
+        for (uint32_t i = 0; i < seg->used; i++) {
+            uint8_t f = seg->nodes[i].flags;
+            n += (f & PG_F_FRESH) != 0;
+            py += (f & (PG_F_FRESH | PG_F_PY_HELD)) == (PG_F_FRESH | PG_F_PY_HELD);
+        }
     }
     pg_unlock();
+    *held = py;
     return n;
 }
 

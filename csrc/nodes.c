@@ -156,12 +156,17 @@ static int32_t make_list(int op, int variant, const uint32_t *kids, uint32_t n, 
     return h;
 }
 
+/* Over children, its gradient is its Value's closure from the start
+ * (micrograd's `lambda: None` until one is set), so that setting one needs
+ * no call: backward() hands the node to Python either way. */
 int32_t pg_custom1(double data, uint32_t kid) {
-    return make_list(PG_OP_CUSTOM, 0, &kid, 1, 1, data, NULL, PG_F_PY_HELD, 0);
+    return make_list(PG_OP_CUSTOM, 0, &kid, 1, 1, data, NULL,
+                     PG_F_PY_HELD | PG_F_PY_BACKWARD, 0);
 }
 
 int32_t pg_custom(double data, const uint32_t *kids, uint32_t n) {
-    return make_list(PG_OP_CUSTOM, 0, kids, n, n, data, NULL, PG_F_PY_HELD, 0);
+    return make_list(PG_OP_CUSTOM, 0, kids, n, n, data, NULL,
+                     PG_F_PY_HELD | (n > 0 ? PG_F_PY_BACKWARD : 0), 0);
 }
 
 int32_t pg_nary(int op, int variant, const uint32_t *kids, uint32_t n) {

@@ -83,8 +83,10 @@ uint32_t pg_closed_segments(uint32_t *sids, uint32_t cap);
  * first); how many.  Only these may have Values in Python's table. */
 uint32_t pg_unsettled_segments(uint32_t *sids, uint32_t cap);
 /* How many of segment sid's nodes are fresh (waiting for their Value's
- * verdict): settling scans a sparse segment's slots differently. */
-uint32_t pg_fresh_nodes(uint32_t sid);
+ * verdict), and in *held how many of those are Python-held: settling scans
+ * a sparse segment's slots differently, and follows the Python references
+ * between held Values (chains that die together) only where there are. */
+uint32_t pg_fresh_nodes(uint32_t sid, uint32_t *held);
 /* Python is done with closed segment sid: 0, or PG_E_ARG. */
 int32_t pg_settle(uint32_t sid);
 /* 1 if h names a live node, else 0. */

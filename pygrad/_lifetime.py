@@ -176,10 +176,18 @@ def _survivors(sid: int) -> List[Any]:
     """The Values of segment sid that something besides the table holds,
     by C-level scans: the dead ones are not touched.  In a sparse segment
     (most nodes of a fused layer have no Value) the empty slots go first,
-    by the cheapest scan.  Either way ``vals`` holds each Value once."""
+    by the cheapest scan.  Either way ``vals`` holds each Value once.
+
+    Python-held Values hold their operands' (``_hold``), so a dropped chain
+    of them (ops above a custom op) shows one dead Value and the rest held:
+    where the segment has any, ``_sweep`` drops the whole chain first,
+    rather than claiming every Value of it only to see them die."""
     base = sid << SEG_BITS
+    fresh = lib.pg_fresh_nodes(sid, _held_count)
+    if _held_count[0]:
+        _sweep(base, base + SEG_NODES)
     vals = values[base:base + SEG_NODES]
-    if 2 * lib.pg_fresh_nodes(sid) < SEG_NODES:
+    if 2 * fresh < SEG_NODES:
         vals = list(filter(_not_none, vals))     # the copy it replaces goes at once
     return list(filter(_not_none, compress(vals, map(_DEAD_IN_SCAN.__lt__,
                                                      map(_getrefcount, vals)))))
@@ -207,6 +215,8 @@ def _sweep(lo: int, hi: int) -> None:
     lib.pg_unfresh(ffi.new("uint32_t[]", [lo + i for i in gone]), len(gone))
 
 
+# pg_fresh_nodes' second count (settles run under _lock: one buffer serves).
+_held_count = ffi.new("uint32_t[1]")
 _not_none = partial(is_not, None)    # not falsiness: a Value subclass may define __bool__
 
 
@@ -388,19 +398,43 @@ def existing_value(h: int) -> Optional[Any]:
     return registry.get(h)
 
 
-def values_of(handles: Any, value_type: type) -> List[Any]:
+def values_of(handles: Any, value_type: type, _ref: Any = weakref.ref,
+              _hold: Any = lib.pg_hold) -> List[Any]:
     """The Values of live nodes ``handles``: for each, the one that exists,
-    else a new one that holds its node and is registered (one lock)."""
+    else a new one that holds its node and is registered (one lock).  The
+    lookups and ``hold``/``Registry.add`` are written out here: this loop
+    is the first ``_prev`` walk's cost, per node."""
     with _lock:
         out = []
+        table = values
+        refs = registry.refs
         for h in handles:
-            v: Any = existing_value(h)
-            if v is None:
-                v = _new(value_type)
-                v._h = h
-                v._s = hold(h)
-                registry.add(v)
+            if h < len(table):
+                v: Any = table[h]
+                if v is not None:
+                    out.append(v)
+                    continue
+            r = refs.get(h)
+            if r is not None:
+                v = r()
+                if v is not None:
+                    out.append(v)
+                    continue
+            v = _new(value_type)
+            v._h = h
+            v._kids = None      # not read yet (an unset slot costs an exception)
+            try:
+                claim = _new_claim("pg_claim *")
+            except MemoryError:
+                raise MemoryError("pygrad: out of memory for a node claim") from None
+            rc = _hold(claim, h)
+            if rc:
+                check(rc, "a node claim")
+            v._s = claim
+            refs[h] = _ref(v)
             out.append(v)
+        if len(refs) > 2 * registry.live:
+            registry.purge()
         return out
 
 

@@ -36,8 +36,12 @@ def settle() -> None:
     _lifetime.settle()
 
 
-def _held(h: int, kids: tuple) -> "Value":
-    """The Value of new Python-held node h: it holds its operands' Values."""
+def _attend(rc: int, kids: tuple, what: str = "a graph node") -> "Value":
+    """A creator's result that is no plain handle: a Python-held node
+    (PG_HELD - h), whose Value holds its operands' Values; or an error."""
+    if rc > _HELD:
+        _check(rc, what)
+    h = _HELD - rc
     out = _new(Value)
     out._h = h
     out._hold = kids
@@ -47,15 +51,6 @@ def _held(h: int, kids: tuple) -> "Value":
         _store(h, out)
     _held_fresh.append(h)
     return out
-
-
-def _attend(rc: int, kids: tuple, what: str = "a graph node") -> "Value":
-    """A creator's result that is no plain handle: a Python-held node
-    (PG_HELD - h), or an error."""
-    if rc <= _HELD:
-        return _held(_HELD - rc, kids)
-    _check(rc, what)
-    raise AssertionError("unreachable")
 
 
 def _create(make: Callable[..., int], kids: tuple, *args: Any) -> "Value":
@@ -295,6 +290,8 @@ def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], ind
             try:
                 p = self._p
             except AttributeError:
+                p = None
+            if p is None:     # a custom op's Value starts with None: its closures write
                 p = _numbers_of(self._h)
                 if p == ffi.NULL:
                     _put(self._h, value_data(v, Value, name))
@@ -313,7 +310,6 @@ def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], ind
 # What _describe says of a node: op, flags, record index (<< 16); and the
 # op names of the table (None where the name depends on the node).
 _D_OP = 0xFF
-_D_PY_BACKWARD = lib.PG_F_PY_BACKWARD << 8
 _describe = lib.pg_describe
 _records = extras.items
 _CUSTOM = lib.PG_OP_CUSTOM
@@ -354,10 +350,12 @@ class Value(_ValueBase):
     micrograd's Value.
     """
 
-    __slots__ = ("_h", "_s", "_hold", "_kids", "_name", "_label", "_p", "__dict__", "__weakref__")
+    __slots__ = ("_h", "_s", "_hold", "_kids", "_name", "_label", "_p", "_fn", "__dict__",
+                 "__weakref__")
     _h: int
-    _p: Any          # the node's data and grad (a cffi double *), once written
-    _kids: Set["Value"]
+    _p: Any          # the node's data and grad (a cffi double *), once written; or None
+    _kids: Optional[Set["Value"]]
+    _fn: Optional[Callable[[], None]]   # a custom op's closure (None: not set yet)
     _name: str
     _label: str
 
@@ -394,6 +392,9 @@ class Value(_ValueBase):
             _check(rc, "a Value")
         h = self._h = _HELD - rc
         self._hold = kids
+        self._p = None           # where its closure writes, found on the first write
+        if kids:
+            self._fn = None      # C hands this node to Python in backward() already
         # The name of a custom node is its Value's: that Value lives as long
         # as the node (the Values above hold it, for its closure's sake).
         self._name = _op
@@ -446,9 +447,11 @@ class Value(_ValueBase):
         """The children, as micrograd's set of Values: the Values that exist
         for them (yours, while you hold them), the same set on every read."""
         try:
-            return self._kids
+            kids = self._kids       # None: a Value _prev made, not read yet
         except AttributeError:
-            pass
+            kids = None
+        if kids is not None:
+            return kids
         h = self._h
         pair = _kid_pair(h)
         if pair >= 0:
@@ -487,10 +490,11 @@ class Value(_ValueBase):
     @property
     def _backward(self) -> Callable[[], None]:
         """Push this node's grad into its children's grads (only them)."""
-        h = self._h
-        if _describe(h) & _D_PY_BACKWARD:
-            return self.__dict__["_backward"]
-        return functools.partial(_node_backward, h)
+        try:
+            fn = self._fn
+        except AttributeError:
+            fn = None
+        return fn if fn is not None else functools.partial(_node_backward, self._h)
 
     @_backward.setter
     def _backward(self, fn: Callable[[], None]) -> None:
@@ -498,13 +502,19 @@ class Value(_ValueBase):
         # op, so that the Values above hold this one (and so the closure).
         if not callable(fn):
             raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
+        try:
+            if self._fn is None:     # made by Value(data, children, op): flagged in C
+                self._fn = fn
+                return
+        except AttributeError:
+            pass
         if _is_noop(fn) and lib.pg_nkids(self._h) == 0:
             # micrograd's own default (`lambda: None`) set on a leaf, as code
             # written for micrograd does to its parameters: it changes nothing,
             # so the leaf stays a plain C leaf (fast, and compile() takes it).
             return
-        self.__dict__["_backward"] = fn
         _check(lib.pg_set_py_backward(self._h), "a custom op")
+        self._fn = fn
 
     def backward(self) -> None:
         """Backpropagate from this node: its grad is set to 1, every node
@@ -582,12 +592,13 @@ def _record_backward(h: int) -> int:
             # No lock: the root's Values hold this one (_hold), so no settle
             # can drop it; it is in the table, or registered before it left.
             v = _lifetime.existing_value(rc - 1)
-            fn = v.__dict__.get("_backward") if v is not None else None
-            if fn is None:
+            if v is None:
                 raise RuntimeError("pygrad: a custom op's _backward is gone: set _backward "
                                    "before the Value is used in another op, as micrograd's "
                                    "ops do")
-            fn()
+            fn = v._fn
+            if fn is not None:     # None: never set, micrograd's `lambda: None`
+                fn()
             rc = lib.pg_backward_resume(sweep)
         return rc
     finally:
@@ -628,8 +639,8 @@ def _is_noop(fn: Any) -> bool:
 
 
 def _state(v: Value) -> dict:
-    """A Value's own attributes, less a custom op's closure and name."""
-    return {k: x for k, x in v.__dict__.items() if k not in ("_backward", "_op")}
+    """A Value's own attributes, less a custom op's name."""
+    return {k: x for k, x in v.__dict__.items() if k != "_op"}
 
 
 def _leaf(cls: "type[Value]", data: float, grad: float, label: str, state: Any = None) -> Value:

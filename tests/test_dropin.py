@@ -196,6 +196,28 @@ def test_custom_backward_is_returned_by_the_getter():
     assert v.grad == 7.0
 
 
+def test_a_custom_node_without_a_closure_passes_nothing_down_as_micrograds_default():
+    # micrograd's Value starts with `_backward = lambda: None`: a node made
+    # over children and never given a closure stops the gradient there.
+    results = []
+    for V in (Value, RefValue):
+        x = V(0.5)
+        hidden = V(2.0 * x.data, (x,), "double")    # no _backward set
+        y = hidden * x + x
+        y.backward()
+        assert x.grad == hidden.data + 1.0         # only y's own path
+        y.backward()                               # and again, no zero_grad
+        getter = hidden._backward
+        getter()                                   # the default: does nothing
+        results.append((y.data, x.grad, hidden.grad, y.grad))
+    assert results[0] == results[1]
+    later = Value(0.0, (Value(1.0),), "late")
+    calls = []
+    later._backward = lambda: calls.append(1)     # set later, after none
+    (later * 2.0).backward()
+    assert calls == [1]
+
+
 def _trace(root):
     """The graph walk of micrograd's trace_graph.ipynb."""
     nodes, edges = set(), set()

@@ -39,6 +39,7 @@ def chain(w: Value, rounds: int, keep_at: int = -1):
 
 # -- the scenarios of the object-model issue, on live C nodes --------------------
 
+@pytest.mark.slow     # seconds: the default run stays near 90 s
 def test_keeping_a_leaf_made_before_backward_pins_only_that_leaf():
     w = Value(0.999)
     before = live()

@@ -253,6 +253,7 @@ def test_random_dag_with_inf_nan_leaves_bit_identical_between_engines(program):
     assert_engines_agree(program)
 
 
+@pytest.mark.slow     # seconds: the default run stays near 90 s
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(programs(max_leaves=10, min_ops=150, max_ops=400))

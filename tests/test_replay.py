@@ -79,6 +79,7 @@ def _train(engine_tier, steps=15):
     return history, model.get_data().tolist()
 
 
+@pytest.mark.slow     # seconds: the default run stays near 90 s
 def test_replayed_training_is_bit_identical_to_rebuilding_on_the_reference():
     ref_losses, ref_params = _train("reference")
     rep_losses, rep_params = _train("replay")
