@@ -10,7 +10,9 @@ Each path is written as micrograd users write it, and run on
 the median of several repeats.  The table gives pygrad's time over
 micrograd's (lower is better) and the target of issue 24; for the field
 paths, also the floor: a class whose ``data``/``grad`` are properties
-around one cffi call each, the least a Value with its numbers in C costs.
+around one cffi call each, the least a Value with its numbers in C costs;
+for the first ``_prev`` walk, what each node's new Value must cost before
+any walking (an object, a claim on its node, a weak registry entry).
 
 With ``--heap``, the table gains a column: the same pygrad paths while 2M
 small Python objects are alive (as in a notebook holding a dataset), over
@@ -68,6 +70,35 @@ class FloorValue:
     label = property(_name)
 
 
+class FloorNodeValue:
+    """What bounds the first ``_prev`` walk: a Value made for a node whose
+    Value was dropped must hold its node (a claim: one cffi allocation and
+    one call) and be findable by handle later (a weak registry entry), so
+    that the next walk meets the same object.  No walking is counted."""
+
+    __slots__ = ("_h", "_s", "__weakref__")
+
+
+def floor_first_walk(handles: List[int]) -> Callable[[], Any]:
+    """For each node: a new FloorNodeValue, its claim, its registry entry."""
+    from weakref import ref
+    new_claim = pygrad._lifetime._new_claim
+    hold = pygrad._core.lib.pg_hold
+
+    def make() -> Any:
+        registry = {}
+        made = []
+        for h in handles:
+            v = object.__new__(FloorNodeValue)
+            v._h = h
+            v._s = claim = new_claim("pg_claim *")
+            hold(claim, h)
+            registry[h] = ref(v)
+            made.append(v)
+        return made
+    return make
+
+
 _keep: List[Any] = []
 
 
@@ -91,7 +122,11 @@ def floor_paths() -> Dict[str, Tuple[Callable[[], Any], int]]:
             p.data += -0.01 * p.grad
             p.grad = 0
     _keep.append(held)                # the Values that hold the floor's nodes
-    return {"v.data / v.grad / v._op / v.label reads (per Value)": (reads, len(values)),
+    kept = graph(pygrad.Value, 500)
+    nodes = [v._h for v in walk(kept)]
+    _keep.append(kept)
+    return {"first _prev walk (per node)": (floor_first_walk(nodes), len(nodes)),
+            "v.data / v.grad / v._op / v.label reads (per Value)": (reads, len(values)),
             "update loop p.data += -lr*p.grad; p.grad = 0 (per parameter)": (update,
                                                                               len(params))}
 
