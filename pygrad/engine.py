@@ -311,6 +311,7 @@ def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], ind
 # op names of the table (None where the name depends on the node).
 _D_OP = 0xFF
 _describe = lib.pg_describe
+_D_PY_BACKWARD = lib.PG_F_PY_BACKWARD << 8
 _records = extras.items
 _CUSTOM = lib.PG_OP_CUSTOM
 _node_backward = lib.pg_node_backward
@@ -490,11 +491,12 @@ class Value(_ValueBase):
     @property
     def _backward(self) -> Callable[[], None]:
         """Push this node's grad into its children's grads (only them)."""
-        try:
-            fn = self._fn
-        except AttributeError:
-            fn = None
-        return fn if fn is not None else functools.partial(_node_backward, self._h)
+        h = self._h
+        if _describe(h) & _D_PY_BACKWARD:      # (an unset slot would cost an exception)
+            fn = getattr(self, "_fn", None)
+            if fn is not None:
+                return fn                       # None: micrograd's `lambda: None`
+        return functools.partial(_node_backward, h)
 
     @_backward.setter
     def _backward(self, fn: Callable[[], None]) -> None:
@@ -596,7 +598,7 @@ def _record_backward(h: int) -> int:
                 raise RuntimeError("pygrad: a custom op's _backward is gone: set _backward "
                                    "before the Value is used in another op, as micrograd's "
                                    "ops do")
-            fn = v._fn
+            fn = getattr(v, "_fn", None)
             if fn is not None:     # None: never set, micrograd's `lambda: None`
                 fn()
             rc = lib.pg_backward_resume(sweep)
