@@ -351,12 +351,13 @@ class Value(_ValueBase):
     micrograd's Value.
     """
 
-    __slots__ = ("_h", "_s", "_hold", "_kids", "_name", "_label", "_p", "_fn", "__dict__",
-                 "__weakref__")
+    __slots__ = ("_h", "_s", "_hold", "_kids", "_name", "_label", "_p", "__dict__", "__weakref__")
     _h: int
     _p: Any          # the node's data and grad (a cffi double *), once written; or None
     _kids: Optional[Set["Value"]]
-    _fn: Optional[Callable[[], None]]   # a custom op's closure (None: not set yet)
+    # A custom op's closure (None: not set yet), in the instance dict: a slot
+    # would cost every other Value a visit by the garbage collector.
+    _fn: Optional[Callable[[], None]]
     _name: str
     _label: str
 
@@ -641,8 +642,8 @@ def _is_noop(fn: Any) -> bool:
 
 
 def _state(v: Value) -> dict:
-    """A Value's own attributes, less a custom op's name."""
-    return {k: x for k, x in v.__dict__.items() if k != "_op"}
+    """A Value's own attributes, less a custom op's closure and name."""
+    return {k: x for k, x in v.__dict__.items() if k not in ("_fn", "_op")}
 
 
 def _leaf(cls: "type[Value]", data: float, grad: float, label: str, state: Any = None) -> Value:
