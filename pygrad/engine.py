@@ -291,7 +291,7 @@ def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], ind
                 p = self._p
             except AttributeError:
                 p = None
-            if p is None:     # a custom op's Value starts with None: its closures write
+            if p is None:     # a custom op's Value starts with None (closures write to it)
                 p = _numbers_of(self._h)
                 if p == ffi.NULL:
                     _put(self._h, value_data(v, Value, name))
@@ -310,8 +310,8 @@ def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], ind
 # What _describe says of a node: op, flags, record index (<< 16); and the
 # op names of the table (None where the name depends on the node).
 _D_OP = 0xFF
-_describe = lib.pg_describe
 _D_PY_BACKWARD = lib.PG_F_PY_BACKWARD << 8
+_describe = lib.pg_describe
 _records = extras.items
 _CUSTOM = lib.PG_OP_CUSTOM
 _node_backward = lib.pg_node_backward
@@ -493,7 +493,7 @@ class Value(_ValueBase):
     def _backward(self) -> Callable[[], None]:
         """Push this node's grad into its children's grads (only them)."""
         h = self._h
-        if _describe(h) & _D_PY_BACKWARD:      # (an unset slot would cost an exception)
+        if _describe(h) & _D_PY_BACKWARD:   # first: a missing _fn would cost an exception
             fn = getattr(self, "_fn", None)
             if fn is not None:
                 return fn                       # None: micrograd's `lambda: None`
