@@ -321,3 +321,90 @@ def test_a_leaf_closure_that_does_something_still_runs():
     a._backward = lambda: calls.append(a.grad)
     (a * a).backward()
     assert calls == [4.0]
+
+
+def _lecture_custom_training(V):
+    """Custom ops added to the Value class as methods (the lecture's way), an
+    MLP of them, hand-written SGD, a repeated backward now and then and
+    kept losses, as a notebook does; then a walk of a kept loss."""
+    import gc
+    import math
+    import random
+
+    class Net:
+        def __init__(self, sizes):
+            rng = random.Random(3)
+            self.layers = [[([V(rng.uniform(-1, 1)) for _ in range(nin)], V(rng.uniform(-1, 1)))
+                            for _ in range(nout)] for nin, nout in zip(sizes, sizes[1:])]
+
+        def __call__(self, x):
+            for layer in self.layers:
+                x = [sum((wi * xi for wi, xi in zip(w, x)), b).th() for w, b in layer]
+            return x[0]
+
+        def parameters(self):
+            return [p for layer in self.layers for w, b in layer for p in w + [b]]
+
+    def th(self):
+        e = math.exp(2 * self.data)
+        t = (e - 1) / (e + 1)
+        out = V(t, (self,), "tanh")
+
+        def _backward():
+            self.grad += (1 - t ** 2) * out.grad
+        out._backward = _backward
+        return out
+
+    def ex(self):
+        out = V(math.exp(self.data), (self,), "exp")
+
+        def _backward():
+            self.grad += out.data * out.grad
+        out._backward = _backward
+        return out
+    V.th, V.ex = th, ex
+    try:
+        net = Net([3, 4, 4, 1])
+        xs = [[2.0, 3.0, -1.0], [3.0, -1.0, 0.5], [0.5, 1.0, 1.0], [1.0, 1.0, -1.0]]
+        ys = [1.0, -1.0, -1.0, 1.0]
+        losses, kept = [], []
+        for k in range(30):
+            ypred = [net(x) for x in xs]
+            loss = sum(((yp - y) ** 2 for y, yp in zip(ys, ypred)), V(0.0))
+            loss = loss + ypred[0].ex() * 0.5
+            for p in net.parameters():
+                p.grad = 0.0
+            loss.backward()
+            if k % 10 == 0:
+                loss.backward()
+                kept.append(loss)
+            for p in net.parameters():
+                p.data += -0.05 * p.grad
+            losses.append(loss.data)
+            if k % 7 == 0:
+                gc.collect()
+        seen = {}
+        stack = [kept[-1]]
+        while stack:
+            v = stack.pop()
+            if id(v) not in seen:
+                seen[id(v)] = v
+                stack.extend(v._prev)
+        return losses, [p.data for p in net.parameters()], len(seen), sorted({v._op for v in seen.values()})
+    finally:
+        del V.th, V.ex
+
+
+def test_custom_ops_added_as_methods_train_as_on_the_reference_bit_for_bit():
+    ours = _lecture_custom_training(Value)
+    reference = _lecture_custom_training(RefValue)
+    assert ours == reference
+    assert ours[0][-1] < ours[0][0] / 2 and {"tanh", "exp"} <= set(ours[3])
+    try:
+        from micrograd.engine import Value as MicroValue
+    except ImportError:
+        return                 # micrograd is a benchmark extra; the reference is the oracle
+    theirs = _lecture_custom_training(MicroValue)
+    assert ours[0] == pytest.approx(theirs[0], rel=1e-12, abs=1e-12)
+    assert ours[1] == pytest.approx(theirs[1], rel=1e-12, abs=1e-12)
+    assert ours[2] == theirs[2]
