@@ -12,7 +12,9 @@ micrograd's (lower is better) and the target of issue 24; for the field
 paths, also the floor: a class whose ``data``/``grad`` are properties
 around one cffi call each, the least a Value with its numbers in C costs;
 for the first ``_prev`` walk, what each node's new Value must cost before
-any walking (an object, a claim on its node, a weak registry entry).
+any walking (an object, a claim on its node, a weak registry entry); for
+a custom op, the closures and their field accesses with one call into C
+per node made and per closure run, and no bookkeeping.
 
 With ``--heap``, the table gains a column: the same pygrad paths while 2M
 small Python objects are alive (as in a notebook holding a dataset), over
@@ -99,6 +101,43 @@ def floor_first_walk(handles: List[int]) -> Callable[[], Any]:
     return make
 
 
+class FloorCustomValue(FloorValue):
+    """What bounds a custom op: FloorValue's fields, a slot for the closure
+    and the operands, no bookkeeping."""
+
+    __slots__ = ("_backward", "_hold")
+
+
+def floor_custom(handles: List[int]) -> Callable[[], Any]:
+    """The custom-op path with only what any cffi design must do: one call
+    into C to make each node and one to resume the sweep at each closure;
+    the closures run in Python, reading and writing through FloorValue's
+    properties.  The nodes are existing leaves, so nothing is made."""
+    import math
+    alive = pygrad._core.lib.pg_alive      # a call of the cost of pg_custom1
+
+    def tanh(x: Any, h: int) -> Any:
+        t = math.tanh(x.data)
+        alive(x._h)
+        out = FloorCustomValue(h)
+        out._hold = (x,)
+
+        def _backward() -> None:
+            x.grad += (1 - t ** 2) * out.grad
+        out._backward = _backward
+        return out
+
+    def custom() -> None:
+        made = [FloorCustomValue(handles[0])]
+        for h in handles[1:101]:
+            made.append(tanh(made[-1], h))
+        made[-1].grad = 1.0
+        for v in reversed(made[1:]):
+            alive(v._h)
+            v._backward()
+    return custom
+
+
 _keep: List[Any] = []
 
 
@@ -126,6 +165,7 @@ def floor_paths() -> Dict[str, Tuple[Callable[[], Any], int]]:
     nodes = [v._h for v in walk(kept)]
     _keep.append(kept)
     return {"first _prev walk (per node)": (floor_first_walk(nodes), len(nodes)),
+            "custom op, build + backward (per op)": (floor_custom([v._h for v in held]), 100),
             "v.data / v.grad / v._op / v.label reads (per Value)": (reads, len(values)),
             "update loop p.data += -lr*p.grad; p.grad = 0 (per parameter)": (update,
                                                                               len(params))}

@@ -355,9 +355,6 @@ class Value(_ValueBase):
     _h: int
     _p: Any          # the node's data and grad (a cffi double *), once written; or None
     _kids: Optional[Set["Value"]]
-    # A custom op's closure (None: not set yet), in the instance dict: a slot
-    # would cost every other Value a visit by the garbage collector.
-    _fn: Optional[Callable[[], None]]
     _name: str
     _label: str
 
@@ -396,7 +393,10 @@ class Value(_ValueBase):
         self._hold = kids
         self._p = None           # where its closure writes, found on the first write
         if kids:
-            self._fn = None      # C hands this node to Python in backward() already
+            # C hands this node to Python in backward() already; its closure
+            # (None: not set yet) lives where micrograd's does, in the
+            # instance dict (a slot would cost every Value a GC visit).
+            self.__dict__["_backward"] = None
         # The name of a custom node is its Value's: that Value lives as long
         # as the node (the Values above hold it, for its closure's sake).
         self._name = _op
@@ -493,8 +493,8 @@ class Value(_ValueBase):
     def _backward(self) -> Callable[[], None]:
         """Push this node's grad into its children's grads (only them)."""
         h = self._h
-        if _describe(h) & _D_PY_BACKWARD:   # first: a missing _fn would cost an exception
-            fn = getattr(self, "_fn", None)
+        if _describe(h) & _D_PY_BACKWARD:   # first: most Values have no instance dict
+            fn = self.__dict__.get("_backward")
             if fn is not None:
                 return fn                       # None: micrograd's `lambda: None`
         return functools.partial(_node_backward, h)
@@ -505,19 +505,17 @@ class Value(_ValueBase):
         # op, so that the Values above hold this one (and so the closure).
         if not callable(fn):
             raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
-        try:
-            if self._fn is None:     # made by Value(data, children, op): flagged in C
-                self._fn = fn
-                return
-        except AttributeError:
-            pass
+        own = self.__dict__
+        if "_backward" in own:       # made by Value(data, children, op): flagged in C
+            own["_backward"] = fn
+            return
         if _is_noop(fn) and lib.pg_nkids(self._h) == 0:
             # micrograd's own default (`lambda: None`) set on a leaf, as code
             # written for micrograd does to its parameters: it changes nothing,
             # so the leaf stays a plain C leaf (fast, and compile() takes it).
             return
         _check(lib.pg_set_py_backward(self._h), "a custom op")
-        self._fn = fn
+        own["_backward"] = fn
 
     def backward(self) -> None:
         """Backpropagate from this node: its grad is set to 1, every node
@@ -599,7 +597,7 @@ def _record_backward(h: int) -> int:
                 raise RuntimeError("pygrad: a custom op's _backward is gone: set _backward "
                                    "before the Value is used in another op, as micrograd's "
                                    "ops do")
-            fn = getattr(v, "_fn", None)
+            fn = v.__dict__.get("_backward")
             if fn is not None:     # None: never set, micrograd's `lambda: None`
                 fn()
             rc = lib.pg_backward_resume(sweep)
@@ -643,7 +641,7 @@ def _is_noop(fn: Any) -> bool:
 
 def _state(v: Value) -> dict:
     """A Value's own attributes, less a custom op's closure and name."""
-    return {k: x for k, x in v.__dict__.items() if k not in ("_fn", "_op")}
+    return {k: x for k, x in v.__dict__.items() if k not in ("_backward", "_op")}
 
 
 def _leaf(cls: "type[Value]", data: float, grad: float, label: str, state: Any = None) -> Value:
