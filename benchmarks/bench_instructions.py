@@ -1,5 +1,7 @@
-"""Instructions per unit of work, by callgrind: deterministic where this
-shared machine's timings are not, so two trees can be compared exactly.
+"""Instructions per unit of work, by callgrind: the same on every run of a
+tree, where this shared machine's timings are not.  Between two trees, a
+difference under about 2% can come from layout alone (dict probe lengths,
+addresses): the same loop run directly measured +2.3% here and -0.2% there.
 
     python benchmarks/bench_instructions.py                    # this tree
     python benchmarks/bench_instructions.py --baseline DIR     # and a worktree built in place
