@@ -11,9 +11,10 @@ its state diagram (eight concepts); what Python does in it:
 * **Settling** reads those Values' reference counts (C-level scans of a
   segment's range), never the heap: a Value that only the table holds is
   dead, so it leaves the table and its node's fresh mark is cleared (the
-  node is freed if nothing else holds it).  In a closed segment a live
-  Value takes a claim of its own and moves to the registry, and the range
-  is emptied.  Closed segments settle at any garbage collection
+  node is freed if nothing else holds it); where the segment has
+  Python-held Values, a dead chain of them goes newest first, each freeing
+  the next.  In a closed segment a live Value takes a claim of its own and
+  moves to the registry, and the range is emptied.  Closed segments settle at any garbage collection
   (``_at_collection``: ops fill the young generation, so one comes every
   few hundred ops), after each ``backward()`` and when the table grows
   (the ways with the collector off).  Every unsettled segment settles at a
