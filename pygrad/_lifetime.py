@@ -14,10 +14,11 @@ its state diagram (eight concepts); what Python does in it:
   node is freed if nothing else holds it); where the segment has
   Python-held Values, a dead chain of them goes newest first, each freeing
   the next.  In a closed segment a live Value takes a claim of its own and
-  moves to the registry, and the range is emptied.  Closed segments settle at any garbage collection
-  (``_at_collection``: ops fill the young generation, so one comes every
-  few hundred ops), after each ``backward()`` and when the table grows
-  (the ways with the collector off).  Every unsettled segment settles at a
+  moves to the registry, and the range is emptied.  Closed segments settle
+  at any garbage collection (``_at_collection``: ops fill the young
+  generation, so one comes every few hundred ops), after each
+  ``backward()`` and when the table grows (the ways with the collector
+  off).  Every unsettled segment settles at a
   full collection and on ``settle()`` (Python-held Values then trade the
   table for claims, so that the collection sees their cycles).  A Ctrl-C that lands in the collection
   callback is delivered again (``_unraisable``).
