@@ -115,6 +115,50 @@ def link_args() -> "list[str]":
     return []
 
 
+# The calls whose work grows with a graph, a model or a batch: they run
+# without Python's GIL, so that other threads go on meanwhile.  Every other
+# call is over in well under a microsecond, less than it takes to let the GIL
+# go and take it back, so it keeps the GIL (and cffi's errno bookkeeping,
+# which ffi.errno alone reads, is skipped).  A call that keeps the GIL and
+# must wait for the core's lock lets the GIL go while it waits (pg_lock).
+RELEASES_GIL = ("pg_backward", "pg_backward_resume", "pg_sweep_restore", "pg_sweep_clear",
+                "pg_nary", "pg_linear_layer", "pg_mlp", "pg_gather_data", "pg_gather_grad",
+                "pg_scatter_data", "pg_fill_grad", "pg_sgd_step", "pg_adam_step",
+                "pg_zero_hidden", "pg_compile", "pg_program_forward", "pg_program_backward",
+                "pg_program_clear", "pg_batch_compile", "pg_batch_run", "pg_batch_clear")
+
+
+def gil_source(cdef: str) -> str:
+    """C for the module's preamble: cffi's wrappers keep the GIL, but those
+    of RELEASES_GIL, which call a twin that lets it go; and the hooks
+    through which pg_lock waits without it."""
+    lines = ["#undef Py_BEGIN_ALLOW_THREADS", "#undef Py_END_ALLOW_THREADS",
+             "#define Py_BEGIN_ALLOW_THREADS {", "#define Py_END_ALLOW_THREADS }",
+             "#undef _cffi_restore_errno", "#undef _cffi_save_errno",
+             "#define _cffi_restore_errno() ((void)0)", "#define _cffi_save_errno() ((void)0)",
+             "static _Thread_local int pg_without_gil;",
+             "void *pg_gil_let_go(void);", "void pg_gil_take_back(void *state);",
+             "void *pg_gil_let_go(void) { return pg_without_gil ? NULL : PyEval_SaveThread(); }",
+             "void pg_gil_take_back(void *state) {",
+             "    if (state != NULL) PyEval_RestoreThread((PyThreadState *)state);", "}"]
+    flat = re.sub(r"\s+", " ", re.sub(r"/\*.*?\*/", "", cdef, flags=re.S))
+    for name in RELEASES_GIL:
+        found = re.search(r"([\w ]+?\**) ?\b" + name + r"\(([^)]*)\);", flat)
+        if found is None:
+            raise ValueError(f"cffi_build: no declaration of {name} in the cdef")
+        ret, params = found.group(1).strip(), found.group(2).strip()
+        args = ", ".join(re.findall(r"(\w+)\s*(?:,|$)", params)) if params != "void" else ""
+        result = "" if ret == "void" else f"{ret} r = "
+        lines += [f"static {ret} {name}__without_gil({params}) {{",
+                  "    PyThreadState *save = PyEval_SaveThread();",
+                  "    pg_without_gil = 1;",
+                  f"    {result}{name}({args});",
+                  "    pg_without_gil = 0;",
+                  "    PyEval_RestoreThread(save);"]
+        lines += ([] if ret == "void" else ["    return r;"]) + ["}", f"#define {name} {name}__without_gil"]
+    return "\n".join(lines) + "\n"
+
+
 ffibuilder = FFI()
 ffibuilder.cdef(cdef_source())
 ffibuilder.set_source(
@@ -122,7 +166,8 @@ ffibuilder.set_source(
     '#include "pygrad.h"\n#include "test_hooks.h"\n'
     # cffi defines the module's init function without a prototype
     'PyMODINIT_FUNC PyInit__core(void);\n'
-    f'static const char *pg_build_stamp(void) {{ return "{source_stamp()}"; }}\n',
+    f'static const char *pg_build_stamp(void) {{ return "{source_stamp()}"; }}\n'
+    + gil_source(cdef_source()),
     sources=[os.path.relpath(os.path.join(CSRC, f), ROOT)
              for f in sorted(os.listdir(CSRC)) if f.endswith(".c")],
     # an edited header or ops.def rebuilds the core (every .c includes them)

@@ -1,5 +1,6 @@
-/* One portable mutex: cffi drops the GIL around every C call, so C state
- * shared between threads needs a lock of its own. */
+/* One portable mutex.  C state shared between threads needs a lock of its
+ * own: the calls that take long run without Python's GIL (cffi_build.py),
+ * and every call may come from any thread. */
 #ifndef PG_LOCK_H
 #define PG_LOCK_H
 
@@ -8,12 +9,14 @@
 typedef SRWLOCK pg_mutex;
 #define PG_MUTEX_INIT SRWLOCK_INIT
 #define pg_mutex_lock(m) AcquireSRWLockExclusive(m)
+#define pg_mutex_trylock(m) (TryAcquireSRWLockExclusive(m) != 0)
 #define pg_mutex_unlock(m) ReleaseSRWLockExclusive(m)
 #else
 #include <pthread.h>
 typedef pthread_mutex_t pg_mutex;
 #define PG_MUTEX_INIT PTHREAD_MUTEX_INITIALIZER
 #define pg_mutex_lock(m) pthread_mutex_lock(m)
+#define pg_mutex_trylock(m) (pthread_mutex_trylock(m) == 0)
 #define pg_mutex_unlock(m) pthread_mutex_unlock(m)
 #endif
 

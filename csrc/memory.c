@@ -115,7 +115,19 @@ static int space_left(void) {
     return live_segs + 1 < seg_cap && (n_free_sids > 0 || next_sid < PG_MAX_SEGS);
 }
 
-void pg_lock(void) { pg_mutex_lock(&lock); }
+void pg_lock(void) {
+    while (!pg_mutex_trylock(&lock)) {
+        /* Taken, maybe by a long call that runs without the GIL.  A short
+         * call holds the GIL: it waits without it, so that other Python
+         * threads go on, and takes it back without the lock, so that a
+         * thread stopped as it retakes the GIL (at exit) holds nothing. */
+        void *gil = pg_gil_let_go();
+        pg_mutex_lock(&lock);
+        if (gil == NULL) return;
+        pg_mutex_unlock(&lock);
+        pg_gil_take_back(gil);
+    }
+}
 void pg_unlock(void) { pg_mutex_unlock(&lock); }
 
 static void close_segment(pg_seg *seg);

@@ -130,6 +130,11 @@ void *pg_realloc(void *p, size_t size);
 int pg_unmap(void *p, size_t size);
 void pg_lock(void);
 void pg_unlock(void);
+/* The extension module's (cffi_build.py): a thread that must wait for the
+ * lock in a call made with Python's GIL lets the GIL go while it waits, so
+ * that other Python threads run meanwhile (NULL: it did not hold it). */
+void *pg_gil_let_go(void);
+void pg_gil_take_back(void *state);
 /* The calling thread's segment with room for `nodes` new slots whose
  * children are no newer than segment birth `birth`: its current one, or a
  * new one (the old one is closed).  NULL with *err set (PG_E_NOMEM,

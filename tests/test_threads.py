@@ -1,6 +1,9 @@
-"""Threads building and backpropagating their own graphs at once (cffi
-drops the GIL around every C call, so the C core must hold its own)."""
+"""Threads building and backpropagating their own graphs at once.  The C
+core guards its state with a lock of its own: its long calls (backward,
+layers, replay) run without the GIL, and a short call that must wait for
+the lock waits without the GIL too (csrc/cffi_build.py, pg_lock)."""
 import random
+import subprocess
 import sys
 import threading
 import traceback
@@ -113,3 +116,59 @@ def test_threads_making_leaves_while_the_registry_purges(frequent_thread_switche
         return [(v, (v * 1.0)._prev) for v in kept[::200]]
     for kept in run_in_threads(work, [(k,) for k in range(4)]):
         assert kept and all(any(p is v for p in prev) for v, prev in kept)
+
+
+def deep_chain(n: int):
+    x, w = Value(0.5), Value(0.999999)
+    y = x
+    for _ in range(n):
+        y = y * w + 0.000001
+    return x, w, y
+
+
+def test_short_calls_wait_for_a_long_backward_in_another_thread(frequent_thread_switches):
+    """Ops, reads and writes (calls that keep the GIL) keep meeting the lock
+    held by long backward() calls (that run without it): nothing deadlocks,
+    and every number is the one a run alone gives."""
+    def backprop(rounds):
+        x, w, y = deep_chain(60000)
+        grads = []
+        for _ in range(rounds):
+            y.backward()
+            grads.append((x.grad, w.grad))
+        return grads
+
+    def small_ops(seed):
+        return train(seed, steps=6, width=150)
+
+    serial = [backprop(30), backprop(30), small_ops(5), small_ops(6)]
+    together = run_in_threads(lambda job, arg: job(arg), [(backprop, 30), (backprop, 30),
+                                                          (small_ops, 5), (small_ops, 6)])
+    assert together == serial
+
+
+def test_the_interpreter_exits_while_daemon_threads_are_in_the_core():
+    """A daemon thread stopped at exit as it retakes the GIL holds no lock of
+    the core's, so the main thread's last calls (Values freed at exit) and
+    the exit itself go through."""
+    code = """
+import threading, time
+from pygrad import Value
+def busy():
+    w = Value(0.5)
+    while True:
+        y = w
+        for _ in range(3000):
+            y = y * 1.0001 + 0.001
+        y.backward()
+        w.grad = 0.0
+for _ in range(3):
+    threading.Thread(target=busy, daemon=True).start()
+time.sleep(0.3)
+kept = [Value(float(i)) * 2.0 for i in range(5000)]
+print("done", sum(v.data for v in kept))
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["done", repr(float(sum(2.0 * i for i in range(5000))))]
