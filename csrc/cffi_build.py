@@ -124,7 +124,7 @@ def link_args() -> "list[str]":
 RELEASES_GIL = ("pg_backward", "pg_backward_resume", "pg_sweep_restore", "pg_sweep_clear",
                 "pg_nary", "pg_linear_layer", "pg_mlp", "pg_gather_data", "pg_gather_grad",
                 "pg_scatter_data", "pg_fill_grad", "pg_sgd_step", "pg_adam_step",
-                "pg_zero_hidden", "pg_compile", "pg_program_forward", "pg_program_backward",
+                "pg_compile", "pg_program_forward", "pg_program_backward",
                 "pg_program_clear", "pg_batch_compile", "pg_batch_run", "pg_batch_clear")
 
 

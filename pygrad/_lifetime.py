@@ -65,6 +65,7 @@ _new = object.__new__
 # (pg_hold), so that a claim can never be lost or released twice.
 _new_claim = ffi.new_allocator(lib.pg_claim_alloc, lib.pg_claim_free,
                                should_clear_after_alloc=False)
+_CLAIM = ffi.typeof("pg_claim *")      # a ctype, not its name: no lookup per claim
 
 
 def check(rc: int, what: str) -> int:
@@ -83,7 +84,7 @@ def check(rc: int, what: str) -> int:
 def hold(h: int, _hold: Any = lib.pg_hold) -> Any:
     """A claim on live node h."""
     try:
-        claim = _new_claim("pg_claim *")
+        claim = _new_claim(_CLAIM)
     except MemoryError:
         raise MemoryError("pygrad: out of memory for a node claim") from None
     rc = _hold(claim, h)
@@ -174,6 +175,19 @@ def _dead_counts() -> "tuple[int, int, int]":
 _DEAD, _DEAD_IN_SCAN, _DEAD_IN_LOOP = _dead_counts()
 
 
+def _dead_count_by_handle() -> int:
+    """The same, for a Value read by handle into a local (``_promote_held``)."""
+    table: List[Any] = [object()]
+    n = len(table)
+    for h in (0,):
+        v = table[h] if h < n else None
+        return _getrefcount(v)
+    raise AssertionError
+
+
+_DEAD_BY_HANDLE = _dead_count_by_handle()
+
+
 def _survivors(sid: int) -> List[Any]:
     """The Values of segment sid that something besides the table holds,
     by C-level scans: the dead ones are not touched.  In a sparse segment
@@ -261,31 +275,51 @@ def _unsettled() -> List[int]:
             return list(sids[0:n])
 
 
+def _promote_held() -> None:
+    """The Python-held Values stored since the last time, newest first: one
+    that only the table holds is dropped (so what it held may be, next: a
+    dead chain goes at once); any other is registered, claimed and leaves
+    the table, so that the collection about to run sees its closure's cycle
+    and frees it if no one holds it.  Its claim would come at its segment's
+    settle anyway: a cycle never looks dead from its reference count."""
+    held = held_fresh[:]
+    del held_fresh[:len(held)]
+    refs = registry.refs
+    gone = []
+    n = len(values)
+    for h in reversed(held):
+        v = values[h] if h < n else None
+        if v is None:
+            continue
+        if _getrefcount(v) > _DEAD_BY_HANDLE:
+            refs[h] = _ref(v)           # registered, then claimed, then out
+            v._s = hold(h)
+        values[h] = None
+        gone.append(h)
+    v = None
+    if gone:
+        lib.pg_unfresh(ffi.new("uint32_t[]", gone), len(gone))
+    if len(refs) > 2 * registry.live:
+        registry.purge()
+
+
+_ref = weakref.ref
+
+
 def _settle_open(promote: bool) -> None:
     # As a closed segment's, but the range keeps the Values still to come,
     # and a node whose Value is not stored yet (an op under way in another
-    # thread) keeps its fresh mark.  Only Python-held Values (with promote:
-    # before a full collection) trade their place in the table for a claim:
-    # a closure's cycle keeps them from ever looking dead, and in the table
-    # they would keep the whole cycle from the collector.
-    held = held_fresh[:]
-    del held_fresh[:len(held)]
+    # thread) keeps its fresh mark.  With promote (before a full
+    # collection), the Python-held Values trade their place in the table for
+    # a claim (_promote_held).
+    if not promote:
+        del held_fresh[:]
     for sid in _unsettled():
         base = sid << SEG_BITS
         if base < len(values):
             _sweep(base, base + SEG_NODES)
     if promote:
-        gone = []
-        for h in held:
-            v = values[h] if h < len(values) else None
-            if v is not None:
-                registry.add(v)     # registered, then claimed, then out
-                v._s = hold(h)
-                values[h] = None
-                gone.append(h)
-        v = None
-        if gone:
-            lib.pg_unfresh(ffi.new("uint32_t[]", gone), len(gone))
+        _promote_held()
 
 
 def settle() -> None:
@@ -324,7 +358,7 @@ def _at_collection(phase: str, info: "dict[str, int]") -> None:
     is delivered to the main thread again once the callback is over."""
     global _collecting
     full = info.get("generation") == 2
-    if not full and (phase != "start" or not lib.pg_closed_segments(peek, 1)):
+    if not full and (phase != "start" or not (held_fresh or lib.pg_closed_segments(peek, 1))):
         return
     _collecting = True
     try:
@@ -335,6 +369,8 @@ def _at_collection(phase: str, info: "dict[str, int]") -> None:
                     _settle_open(promote=phase == "start")
                     if phase == "stop":
                         registry.purge()
+                elif held_fresh:
+                    _promote_held()
             finally:
                 _lock.release()
     except KeyboardInterrupt:
@@ -426,7 +462,7 @@ def values_of(handles: Any, value_type: type, _ref: Any = weakref.ref,
             v._h = h
             v._kids = None      # not read yet (an unset slot costs an exception)
             try:
-                claim = _new_claim("pg_claim *")
+                claim = _new_claim(_CLAIM)
             except MemoryError:
                 raise MemoryError("pygrad: out of memory for a node claim") from None
             rc = _hold(claim, h)

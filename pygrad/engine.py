@@ -18,6 +18,7 @@ from . import _lifetime, _ops
 from ._core import ffi, lib
 from ._lifetime import check as _check
 from ._lifetime import extras, held_fresh as _held_fresh, store as _store, values as _values
+from ._lifetime import registry as _registry
 from ._copies import new_leaf
 from ._numbers import real_or_none, value_data
 
@@ -457,6 +458,9 @@ class Value(_ValueBase):
         h = self._h
         pair = _kid_pair(h)
         if pair >= 0:
+            if not pair:                # a leaf
+                kids = self._kids = set()
+                return kids
             handles: Any = ((pair >> 2) & 0x3FFFFFFF, pair >> 32)[:pair & 3]
         else:
             handles = ffi.new("uint32_t[]", -pair)
@@ -592,7 +596,10 @@ def _record_backward(h: int) -> int:
         while rc > 0:
             # No lock: the root's Values hold this one (_hold), so no settle
             # can drop it; it is in the table, or registered before it left.
-            v = _lifetime.existing_value(rc - 1)
+            h = rc - 1
+            v = _values[h] if h < len(_values) else None
+            if v is None:
+                v = _registry.get(h)
             if v is None:
                 raise RuntimeError("pygrad: a custom op's _backward is gone: set _backward "
                                    "before the Value is used in another op, as micrograd's "
