@@ -36,13 +36,19 @@
  *                             │                                          ▼
  *                             └──(Value alive at pg_settle: claim)──► held ──(refs 0)──► freed
  *      made without a Value (a constant's leaf, an MLP's hidden layers) ──► held
+ *      made for a custom op's Value (pg_custom: its claim comes in the call) ──► held
  *
  *      segment: current (one thread's) ──► closed (queued) ──► settled ──(live 0)──► recycled
  *
  * "Python-held" (PG_F_PY_HELD) is a separate matter: a node made in Python
  * (a custom op) or above one, whose Value must hold its operands' Values so
  * that the closures' cycles stay visible to Python's garbage collector.
- * Creators report it with one convention: they return PG_HELD - h.
+ * Creators report it with one convention: they return PG_HELD - h.  A
+ * closure's cycle never looks dead to a settle, so a custom op's node skips
+ * the fresh state (its Value's claim is filled as the node is made), and
+ * Python-held fresh Values above one take their claims at the next garbage
+ * collection (pygrad/_lifetime.py, _promote_held), so that it sees their
+ * cycles while they are young.
  */
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE

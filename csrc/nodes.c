@@ -129,7 +129,8 @@ int32_t pg_binary_k(int op, uint32_t a, double k, int k_first) {
  * one node of op/variant with value data (if forward is 0), its flags
  * or'ed with flags.  partials: FUNCTION's, stored after the kids. */
 static int32_t make_list(int op, int variant, const uint32_t *kids, uint32_t n, uint32_t nedges,
-                         double data, const double *partials, uint8_t flags, int forward) {
+                         double data, const double *partials, uint8_t flags, int forward,
+                         pg_claim *claim) {
     uint32_t *edges = NULL;
     pg_seg *seg = NULL;
     pg_lock();
@@ -152,21 +153,32 @@ static int32_t make_list(int op, int variant, const uint32_t *kids, uint32_t n, 
         if (forward) pg_rules[op].forward(node);
     }
     h = made(h);
+    if (claim != NULL && h < PG_HELD) {
+        /* Born held by its Value's claim, not fresh: see pg_custom. */
+        pg_node *node = pg_N((uint32_t)(PG_HELD - h));
+        node->flags &= (uint8_t)~PG_F_FRESH;
+        node->refs++;
+        claim->h = (uint32_t)(PG_HELD - h);
+    }
     pg_unlock();
     return h;
 }
 
 /* Over children, its gradient is its Value's closure from the start
  * (micrograd's `lambda: None` until one is set), so that setting one needs
- * no call: backward() hands the node to Python either way. */
-int32_t pg_custom1(double data, uint32_t kid) {
+ * no call: backward() hands the node to Python either way.  The node is
+ * born held by the Value's (empty) claim: a closure's cycle never looks
+ * dead to a settle, so a fresh mark would only put the claim off. */
+int32_t pg_custom1(double data, uint32_t kid, pg_claim *claim) {
+    if (claim == NULL || claim->h != 0) return PG_E_ARG;
     return make_list(PG_OP_CUSTOM, 0, &kid, 1, 1, data, NULL,
-                     PG_F_PY_HELD | PG_F_PY_BACKWARD, 0);
+                     PG_F_PY_HELD | PG_F_PY_BACKWARD, 0, claim);
 }
 
-int32_t pg_custom(double data, const uint32_t *kids, uint32_t n) {
+int32_t pg_custom(double data, const uint32_t *kids, uint32_t n, pg_claim *claim) {
+    if (claim == NULL || claim->h != 0) return PG_E_ARG;
     return make_list(PG_OP_CUSTOM, 0, kids, n, n, data, NULL,
-                     PG_F_PY_HELD | (n > 0 ? PG_F_PY_BACKWARD : 0), 0);
+                     PG_F_PY_HELD | (n > 0 ? PG_F_PY_BACKWARD : 0), 0, claim);
 }
 
 int32_t pg_nary(int op, int variant, const uint32_t *kids, uint32_t n) {
@@ -180,14 +192,15 @@ int32_t pg_nary(int op, int variant, const uint32_t *kids, uint32_t n) {
     } else if (n == 0 || variant != 0) {
         return PG_E_ARG;
     }
-    return make_list(op, variant, kids, n, n, 0.0, NULL, 0, 1);
+    return make_list(op, variant, kids, n, n, 0.0, NULL, 0, 1, NULL);
 }
 
 int32_t pg_function(double data, const uint32_t *kids, const double *partials,
                     uint32_t n) {
     if (n > (UINT32_MAX - 2) / 3) return PG_E_ARG;
     /* kids, then the partials as doubles, 8-byte aligned, in one edge run */
-    return make_list(PG_OP_FUNCTION, 0, kids, n, PG_FUNCTION_EDGES(n), data, partials, 0, 0);
+    return make_list(PG_OP_FUNCTION, 0, kids, n, PG_FUNCTION_EDGES(n), data, partials, 0, 0,
+                     NULL);
 }
 
 /* Step 3 of a layer: nout LINEAR nodes from slot h on, neuron j over

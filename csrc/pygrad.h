@@ -100,9 +100,10 @@ int32_t pg_unary(int op, uint32_t a);
 int32_t pg_binary(int op, uint32_t a, uint32_t b);
 int32_t pg_binary_k(int op, uint32_t a, double k, int k_first);
 int32_t pg_powk(uint32_t a, double k, int k_is_int);
-/* A Python-defined node (always Python-held); pg_custom1 for one child. */
-int32_t pg_custom(double data, const uint32_t *kids, uint32_t n);
-int32_t pg_custom1(double data, uint32_t kid);
+/* A Python-defined node (always Python-held); pg_custom1 for one child.
+ * It is born held by claim, an empty one (its Value's). */
+int32_t pg_custom(double data, const uint32_t *kids, uint32_t n, pg_claim *claim);
+int32_t pg_custom1(double data, uint32_t kid, pg_claim *claim);
 /* An n-ary node (LINEAR, SUM, LOGSUMEXP) over kids[0..n). */
 int32_t pg_nary(int op, int variant, const uint32_t *kids, uint32_t n);
 /* A layer of nout LINEAR nodes sharing inputs x[0..nin): neuron j's

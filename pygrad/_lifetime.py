@@ -29,7 +29,11 @@ its state diagram (eight concepts); what Python does in it:
 * **Registry.**  Claimed Values by handle, weakly, for ``values_of``.
 * **Python-held nodes.**  A custom op's Value, and every op result above
   one, keeps its operands' Values in ``_hold``, as micrograd's ``_prev``
-  does, so the closures' cycles stay visible to the garbage collector.
+  does, so the closures' cycles stay visible to the garbage collector.  A
+  cycle never looks dead from reference counts, so a custom op's Value is
+  claimed and registered as it is made (``Value.__init__``), and the
+  Python-held Values above one that are still alive trade the table for
+  claims at the next collection (``_promote_held``): young cycles die young.
 * **Node records.**  ``label`` and op names set by the user belong to the
   node: they live in ``extras``, indexed from the C node.
 
@@ -51,7 +55,8 @@ from typing import Any, List, Optional
 
 from ._core import ffi, lib
 
-__all__ = ["values", "store", "reach", "registry", "hold", "lock", "values_of", "existing_value",
+__all__ = ["values", "store", "reach", "registry", "hold", "new_claim", "CLAIM", "lock",
+           "values_of", "existing_value",
            "settle", "settle_closed", "extras", "check"]
 
 SEG_BITS: int = lib.PG_SEG_BITS
@@ -63,9 +68,9 @@ _new = object.__new__
 # Claims: allocated zeroed by C and released by C (pg_claim_free) when the
 # Python object dies.  Made empty first, filled by one C call after
 # (pg_hold), so that a claim can never be lost or released twice.
-_new_claim = ffi.new_allocator(lib.pg_claim_alloc, lib.pg_claim_free,
-                               should_clear_after_alloc=False)
-_CLAIM = ffi.typeof("pg_claim *")      # a ctype, not its name: no lookup per claim
+new_claim = _new_claim = ffi.new_allocator(lib.pg_claim_alloc, lib.pg_claim_free,
+                                           should_clear_after_alloc=False)
+CLAIM = _CLAIM = ffi.typeof("pg_claim *")     # a ctype, not its name: no lookup per claim
 
 
 def check(rc: int, what: str) -> int:

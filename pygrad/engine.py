@@ -18,7 +18,7 @@ from . import _lifetime, _ops
 from ._core import ffi, lib
 from ._lifetime import check as _check
 from ._lifetime import extras, held_fresh as _held_fresh, store as _store, values as _values
-from ._lifetime import registry as _registry
+from ._lifetime import registry as _registry, new_claim as _new_claim, CLAIM as _CLAIM
 from ._copies import new_leaf
 from ._numbers import real_or_none, value_data
 
@@ -383,14 +383,18 @@ class Value(_ValueBase):
         if type(_op) is not str or type(label) is not str:
             if not isinstance(_op, str) or not isinstance(label, str):
                 raise TypeError("Value _op and label must be str")
-        # Made in Python: held like a micrograd Value, its children too.
+        # Made in Python: held like a micrograd Value, its children too.  Its
+        # node is born held by its claim (made empty first, so a Ctrl-C
+        # anywhere leaves nothing held), and it is registered at once.
+        claim = _new_claim(_CLAIM)
         if len(kids) == 1:
-            rc = _custom1(x, kids[0]._h)
+            rc = _custom1(x, kids[0]._h, claim)
         else:
-            rc = lib.pg_custom(x, ffi.new("uint32_t[]", [c._h for c in kids]), len(kids))
+            rc = lib.pg_custom(x, ffi.new("uint32_t[]", [c._h for c in kids]), len(kids), claim)
         if rc > _HELD:
             _check(rc, "a Value")
         h = self._h = _HELD - rc
+        self._s = claim
         self._hold = kids
         self._p = None           # where its closure writes, found on the first write
         if kids:
@@ -401,11 +405,7 @@ class Value(_ValueBase):
         # The name of a custom node is its Value's: that Value lives as long
         # as the node (the Values above hold it, for its closure's sake).
         self._name = _op
-        try:
-            _values[h] = self
-        except IndexError:     # a segment id new to the table
-            _store(h, self)
-        _held_fresh.append(h)
+        _registry.add(self)
         if label:
             self.label = label
 

@@ -142,7 +142,7 @@ def test_every_creator_refuses_bad_input_without_changes():
         "entry binary_rk": lib.pg_binary_rk_DIV(1.0, bad),
         "entry unary": lib.pg_unary_TANH(bad),
         "entry powk": lib.pg_powk_float(bad, 0.5),
-        "custom last kid": lib.pg_custom(1.0, _handles(good, good, bad), 3),
+        "custom last kid": lib.pg_custom(1.0, _handles(good, good, bad), 3, ffi.new("pg_claim *")),
         "nary op": lib.pg_nary(lib.PG_OP_MUL, 0, _handles(good, good), 2),
         "nary FUNCTION": lib.pg_nary(lib.PG_OP_FUNCTION, 0, _handles(good), 1),
         "nary empty": lib.pg_nary(lib.PG_OP_SUM, 0, _handles(good), 0),
