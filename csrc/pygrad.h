@@ -7,10 +7,12 @@
  * Functions that create nodes return the new handle, or a negative PG_E_*
  * code.  Nothing here aborts, exits or prints.
  *
- * Thread safety: every function may be called from any thread with the GIL
- * released (cffi does so).  Graph structure and lifetime are guarded by one
- * internal lock; reading and writing data/grad of a node is not locked, so
- * two threads writing the same node race exactly as Python floats would.
+ * Thread safety: every function may be called from any thread, with the
+ * GIL or without it (the module keeps it for short calls and lets it go
+ * for long ones: csrc/cffi_build.py).  Graph structure and lifetime are
+ * guarded by one internal lock; reading and writing data/grad of a node is
+ * not locked, so two threads writing the same node race exactly as Python
+ * floats would.
  */
 #ifndef PYGRAD_H
 #define PYGRAD_H
