@@ -12,6 +12,7 @@ every walk.  Attributes set on a Value are its own, as on any Python object.
 """
 import functools
 import numbers
+import weakref
 from typing import Any, Callable, Iterable, Optional, Sequence, Set, Tuple
 
 from . import _lifetime, _ops
@@ -25,6 +26,7 @@ from ._numbers import real_or_none, value_data
 __all__ = ["Value", "settle"]
 
 _new = object.__new__
+_ref = weakref.ref
 _HELD = lib.PG_HELD
 _powk_float, _powk_int = lib.pg_powk_float, lib.pg_powk_int
 
@@ -405,7 +407,10 @@ class Value(_ValueBase):
         # The name of a custom node is its Value's: that Value lives as long
         # as the node (the Values above hold it, for its closure's sake).
         self._name = _op
-        _registry.add(self)
+        refs = _registry.refs           # Registry.add, written out (one call less)
+        refs[h] = _ref(self)
+        if len(refs) > 2 * _registry.live:
+            _registry.purge()
         if label:
             self.label = label
 
@@ -599,7 +604,8 @@ def _record_backward(h: int) -> int:
             h = rc - 1
             v = _values[h] if h < len(_values) else None
             if v is None:
-                v = _registry.get(h)
+                r = _registry.refs.get(h)
+                v = r() if r is not None else None
             if v is None:
                 raise RuntimeError("pygrad: a custom op's _backward is gone: set _backward "
                                    "before the Value is used in another op, as micrograd's "
