@@ -147,7 +147,7 @@ def test_short_calls_wait_for_a_long_backward_in_another_thread(frequent_thread_
     assert together == serial
 
 
-def test_the_interpreter_exits_while_daemon_threads_are_in_the_core():
+def test_the_interpreter_exits_while_daemon_threads_are_in_the_core(tmp_path):
     """A daemon thread stopped at exit as it retakes the GIL holds no lock of
     the core's, so the main thread's last calls (Values freed at exit) and
     the exit itself go through."""
@@ -169,6 +169,6 @@ kept = [Value(float(i)) * 2.0 for i in range(5000)]
 print("done", sum(v.data for v in kept))
 """
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, cwd=tmp_path)     # not the uncompiled source tree
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["done", repr(float(sum(2.0 * i for i in range(5000))))]
