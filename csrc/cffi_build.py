@@ -117,10 +117,12 @@ def link_args() -> "list[str]":
 
 # The calls whose work grows with a graph, a model or a batch: they run
 # without Python's GIL, so that other threads go on meanwhile.  Every other
-# call is over in well under a microsecond, less than it takes to let the GIL
+# call does a small, fixed amount of work, less than it takes to let the GIL
 # go and take it back, so it keeps the GIL (and cffi's errno bookkeeping,
-# which ffi.errno alone reads, is skipped).  A call that keeps the GIL and
-# must wait for the core's lock lets the GIL go while it waits (pg_lock).
+# which ffi.errno alone reads, is skipped).  Two exceptions, in memory.c: a
+# call that keeps the GIL and must wait for the core's lock lets the GIL go
+# while it waits (pg_lock), and a release that frees a long dead graph lets
+# it go part way (free_cascade).
 RELEASES_GIL = ("pg_backward", "pg_backward_resume", "pg_sweep_restore", "pg_sweep_clear",
                 "pg_nary", "pg_linear_layer", "pg_mlp", "pg_gather_data", "pg_gather_grad",
                 "pg_scatter_data", "pg_fill_grad", "pg_sgd_step", "pg_adam_step",

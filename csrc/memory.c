@@ -245,8 +245,24 @@ static void discard_dead_pages(pg_seg *seg);
  * OS too (once per segment, as live only falls; the first PG_DISCARD_MAX
  * segments of a cascade: the pages are only advice). */
 #define PG_DISCARD_MAX 64u
+/* A cascade that frees many nodes, in a call that holds the GIL (a Value's
+ * claim released as it dies), lets the GIL go once it is long, so other
+ * Python threads go on meanwhile; the call takes it back after it has let
+ * go of the lock (unlock_after_cascade), never while holding it. */
+#define PG_CASCADE_GIL_NODES 65536u
+static _Thread_local void *cascade_gil;
+
+static void unlock_after_cascade(void) {
+    pg_unlock();
+    if (cascade_gil != NULL) {
+        void *gil = cascade_gil;
+        cascade_gil = NULL;
+        pg_gil_take_back(gil);
+    }
+}
+
 static void free_cascade(uint32_t h) {
-    uint32_t discard[PG_DISCARD_MAX], ndiscard = 0;
+    uint32_t discard[PG_DISCARD_MAX], ndiscard = 0, freed = 0;
     pg_N(h)->flags |= PG_F_DEAD;
     pg_N(h)->mark = PG_NO_NODE;
     while (h != PG_NO_NODE) {
@@ -266,6 +282,7 @@ static void free_cascade(uint32_t h) {
         n->extra = 0;
         if (n->flags & PG_F_LATE_PY) n_late_py--;
         live_nodes--;
+        if (++freed == PG_CASCADE_GIL_NODES && cascade_gil == NULL) cascade_gil = pg_gil_let_go();
         pg_seg *seg = pg_segtab[h >> PG_SEG_BITS];
         if (--seg->live == 0) {
             if (recyclable(seg)) recycle(seg);
@@ -370,7 +387,7 @@ void pg_release(pg_claim *c) {
         if (unheld(n)) free_cascade(c->h);
     }
     c->h = 0;
-    pg_unlock();
+    unlock_after_cascade();
 }
 
 /* Claims come from here and go back here, through one cffi allocator
@@ -406,7 +423,7 @@ static void unfresh(uint32_t h) {
 void pg_unfresh(const uint32_t *h, uint32_t n) {
     pg_lock();
     for (uint32_t i = 0; i < n; i++) unfresh(h[i]);
-    pg_unlock();
+    unlock_after_cascade();
 }
 
 uint32_t pg_room_left(void) {
@@ -473,7 +490,7 @@ int32_t pg_settle(uint32_t sid) {
         else if (seg->live < seg->used / 2) discard_dead_pages(seg);
         rc = 0;
     }
-    pg_unlock();
+    unlock_after_cascade();
     return rc;
 }
 

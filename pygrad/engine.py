@@ -407,10 +407,11 @@ class Value(_ValueBase):
         # The name of a custom node is its Value's: that Value lives as long
         # as the node (the Values above hold it, for its closure's sake).
         self._name = _op
-        refs = _registry.refs           # Registry.add, written out (one call less)
-        refs[h] = _ref(self)
-        if len(refs) > 2 * _registry.live:
-            _registry.purge()
+        with _lifetime.lock():          # as every registration: a purge may run
+            refs = _registry.refs       # Registry.add, written out (one call less)
+            refs[h] = _ref(self)
+            if len(refs) > 2 * _registry.live:
+                _registry.purge()
         if label:
             self.label = label
 

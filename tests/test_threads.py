@@ -172,3 +172,44 @@ print("done", sum(v.data for v in kept))
                          timeout=120, cwd=tmp_path)     # not the uncompiled source tree
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["done", repr(float(sum(2.0 * i for i in range(5000))))]
+
+
+def test_threads_making_custom_op_values_while_the_registry_purges(frequent_thread_switches):
+    """A custom op's Value registers itself as it is made, and the purge of
+    dead entries runs in whichever thread makes the registry double: no
+    purge may meet another, nor drop an entry written meanwhile.  Every kept
+    custom Value stays the one its node hands back."""
+    def work(seed):
+        base = Value(1.0)
+        kept = []
+        for i in range(20000):
+            v = Value(float(i), (base,), "mine")
+            if i % 500 == seed:
+                kept.append(v)
+        return [(v, (v * 1.0)._prev) for v in kept]
+    for kept in run_in_threads(work, [(k,) for k in range(4)]):
+        assert len(kept) == 40 and all(any(p is v for p in prev) for v, prev in kept)
+
+
+def test_a_big_graph_dies_while_another_thread_builds(frequent_thread_switches):
+    """Dropping a graph of 300k nodes frees them in one call that lets the
+    GIL go part way (so the other threads go on) and takes it back after
+    the core's lock: the other thread's numbers are those of a run alone,
+    and every node of the dropped graph is freed."""
+    from pygrad._core import lib
+    from pygrad.engine import settle
+
+    def drop_big():
+        x, w, y = deep_chain(100000)
+        y.backward()
+        grads = (x.grad, w.grad)
+        settle()                # y now holds its graph by a claim, released at del
+        before = lib.pg_live_nodes()
+        del x, w, y
+        return grads, before - lib.pg_live_nodes()
+
+    alone = train(9, steps=4, width=150)
+    dropped, together = run_in_threads(lambda job: job(), [(drop_big,),
+                                                          (lambda: train(9, steps=4, width=150),)])
+    assert together == alone
+    assert dropped[1] >= 3 * 100000      # x * w, a leaf 0.000001 and + per step
