@@ -56,7 +56,7 @@ from typing import Any, List, Optional
 from ._core import ffi, lib
 
 __all__ = ["values", "store", "reach", "registry", "hold", "new_claim", "CLAIM", "lock",
-           "values_of", "existing_value",
+           "values_of",
            "settle", "settle_closed", "extras", "check"]
 
 SEG_BITS: int = lib.PG_SEG_BITS
@@ -428,17 +428,9 @@ sys.unraisablehook = _unraisable
 
 
 def lock() -> Any:
-    """The lock ``existing_value`` needs (remade in a forked child)."""
+    """The lifetime lock, for registrations made outside this module
+    (remade in a forked child)."""
     return _lock
-
-
-def existing_value(h: int) -> Optional[Any]:
-    """The Value of node h, if one exists (lock held)."""
-    if h < len(values):
-        v = values[h]
-        if v is not None:
-            return v
-    return registry.get(h)
 
 
 def values_of(handles: Any, value_type: type, _ref: Any = weakref.ref,
