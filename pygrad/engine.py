@@ -12,6 +12,7 @@ every walk.  Attributes set on a Value are its own, as on any Python object.
 """
 import functools
 import numbers
+import os
 import weakref
 from typing import Any, Callable, Iterable, Optional, Sequence, Set, Tuple
 
@@ -29,6 +30,19 @@ _new = object.__new__
 _ref = weakref.ref
 _HELD = lib.PG_HELD
 _powk_float, _powk_int = lib.pg_powk_float, lib.pg_powk_int
+
+# The lifetime lock, bound here for custom ops' registrations (one call
+# less an op); a forked child remakes it, and this follows.
+_registration_lock = _lifetime.lock()
+
+
+def _after_fork_in_child() -> None:
+    global _registration_lock
+    _registration_lock = _lifetime.lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def settle() -> None:
@@ -407,7 +421,7 @@ class Value(_ValueBase):
         # The name of a custom node is its Value's: that Value lives as long
         # as the node (the Values above hold it, for its closure's sake).
         self._name = _op
-        with _lifetime.lock():          # as every registration: a purge may run
+        with _registration_lock:        # as every registration: a purge may run
             refs = _registry.refs       # Registry.add, written out (one call less)
             refs[h] = _ref(self)
             if len(refs) > 2 * _registry.live:

@@ -243,6 +243,22 @@ def wait_for_child(pid, i, seconds):
             raise SystemExit("child %d hung" % i)
         time.sleep(0.01)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+def fork_children(n, child, seconds=20, pause=0.005):
+    # n children in turn, each running child() (True: it went right)
+    import os, time
+    for i in range(n):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                good = child()
+            except BaseException:
+                good = False
+            os._exit(0 if good else 3)
+        wait_for_child(pid, i, seconds)
+        time.sleep(pause)
+    return n
 """
 
 
@@ -307,24 +323,57 @@ def test_fork_while_another_thread_is_inside_backward():
         t = threading.Thread(target=busy)
         t.start()
         time.sleep(0.2)
-        ok = 0
-        for i in range(20):
-            pid = os.fork()
-            if pid == 0:
-                a = Value(2.0)
-                y = a
-                for _ in range(5000):
-                    y = (y * a + 1.0).relu()
-                (a * a + a).backward()
-                os._exit(0 if a.grad == 5.0 else 3)
-            wait_for_child(pid, i, 20)
-            ok += 1
-            time.sleep(0.005)
+        def child():
+            a = Value(2.0)
+            y = a
+            for _ in range(5000):
+                y = (y * a + 1.0).relu()
+            (a * a + a).backward()
+            return a.grad == 5.0
+        ok = fork_children(20, child)
         stop = True
         t.join()
         print("ok", ok)
     """, prelude=WAIT_FOR_CHILD)
     assert out.strip() == "ok 20"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork()")
+def test_fork_while_threads_register_custom_op_values():
+    """Custom ops register under the lifetime lock, which a forked child
+    remakes: a child forked while another thread held it makes custom ops
+    and runs backward() through them (it would hang on the old lock)."""
+    out = _run("""
+        import math, os, sys, threading, time, warnings
+        warnings.simplefilter("ignore", DeprecationWarning)   # 3.12: fork with threads
+        from pygrad import Value
+        from helpers import micrograd_style_tanh
+        sys.setswitchinterval(1e-5)
+        tanh = micrograd_style_tanh(Value)
+        stop = False
+        def busy():
+            while not stop:
+                y = Value(0.3)
+                for _ in range(200):
+                    y = tanh(y)
+                y.backward()
+        threads = [threading.Thread(target=busy, daemon=True) for _ in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.1)
+        def child():
+            a = Value(0.5)
+            tanh(tanh(a) * 2.0).backward()
+            t1 = math.tanh(0.5)
+            t2 = math.tanh(t1 * 2.0)
+            return a.grad == (1 - t2 ** 2) * 2.0 * (1 - t1 ** 2)
+        ok = fork_children(40, child, pause=0.002)
+        stop = True
+        for t in threads:
+            t.join()
+        print("ok", ok)
+    """, prelude=WAIT_FOR_CHILD)
+    assert out.strip() == "ok 40"
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
@@ -372,23 +421,19 @@ def test_fork_while_threads_are_inside_map_replay_optimizers_and_nn():
         for t in threads:
             t.start()
         time.sleep(0.2)
-        ok = 0
-        for i in range(12):
-            pid = os.fork()
-            if pid == 0:
-                good = batch.map(rows[:4]).tolist() == expected_map
-                replay.forward()
-                good = good and replay.forward() == replay.output.data
-                m2 = nn.MLP(2, [3, 1])
-                before = [p.data for p in params]
-                opt.zero_grad()
-                model([1.0, 2.0]).backward()
-                opt.step()
-                good = good and [p.data for p in params] != before
-                m2([1.0, 1.0]).backward()
-                os._exit(0 if good else 3)
-            wait_for_child(pid, i, 30)
-            ok += 1
+        def child():
+            good = batch.map(rows[:4]).tolist() == expected_map
+            replay.forward()
+            good = good and replay.forward() == replay.output.data
+            m2 = nn.MLP(2, [3, 1])
+            before = [p.data for p in params]
+            opt.zero_grad()
+            model([1.0, 2.0]).backward()
+            opt.step()
+            good = good and [p.data for p in params] != before
+            m2([1.0, 1.0]).backward()
+            return good
+        ok = fork_children(12, child, seconds=30, pause=0)
         stop = True
         for t in threads:
             t.join()
