@@ -146,7 +146,8 @@ static void fork_prepare(void) { pg_mutex_lock(&lock); pg_test_hooks_lock(); }
 static void fork_parent(void) { pg_test_hooks_unlock(); pg_mutex_unlock(&lock); }
 
 /* A thread that ends closes its current segment, so that it can be
- * settled and recycled.  The key's value is the sid + 1 (NULL: none). */
+ * settled and recycled.  The key's value is the sid + 1 of the calling
+ * thread's current segment (NULL: none), kept in step with `current`. */
 static pthread_key_t thread_key;
 static int have_thread_key;
 static void thread_ended(void *value) {
@@ -438,6 +439,12 @@ void pg_close_current(void) {
     pg_lock();
     if (pg_seg_valid(current) && pg_segtab[current]->open) close_segment(pg_segtab[current]);
     current = 0;
+#ifndef _WIN32
+    /* The key names the thread's current segment, or none: once this one
+     * is settled its sid goes to another thread, whose segment this
+     * thread's end must not close. */
+    if (have_thread_key) pthread_setspecific(thread_key, NULL);
+#endif
     pg_unlock();
 }
 
