@@ -177,12 +177,6 @@ def _dead_counts() -> "tuple[int, int, int]":
     raise AssertionError
 
 
-_DEAD, _DEAD_IN_SCAN, _DEAD_IN_LOOP = _dead_counts()
-# The scans compare with operator's functions, not the int's own methods:
-# a method-wrapper call packs a tuple, 25% of a scan's cost per Value.
-_DEAD_EACH, _DEAD_IN_SCAN_EACH = repeat(_DEAD), repeat(_DEAD_IN_SCAN)
-
-
 def _dead_count_by_handle() -> int:
     """The same, for a Value read by handle into a local (``_promote_held``)."""
     table: List[Any] = [object()]
@@ -193,7 +187,27 @@ def _dead_count_by_handle() -> int:
     raise AssertionError
 
 
-_DEAD_BY_HANDLE = _dead_count_by_handle()
+def _untraced(measure: Any) -> Any:
+    """measure() with no trace or profile function: one that reads a
+    frame's f_locals (a debugger, a variable snooper) holds the measured
+    object once more, and a count one too high would make a live Value look
+    dead to every settle after."""
+    trace, profile = sys.gettrace(), sys.getprofile()
+    sys.settrace(None)
+    sys.setprofile(None)
+    try:
+        return measure()
+    finally:
+        sys.settrace(trace)
+        sys.setprofile(profile)
+
+
+_DEAD, _DEAD_IN_SCAN, _DEAD_IN_LOOP = _untraced(_dead_counts)
+_DEAD_BY_HANDLE = _untraced(_dead_count_by_handle)
+
+# The scans compare with operator's functions, not the int's own methods:
+# a method-wrapper call packs a tuple, 25% of a scan's cost per Value.
+_DEAD_EACH, _DEAD_IN_SCAN_EACH = repeat(_DEAD), repeat(_DEAD_IN_SCAN)
 
 
 def _survivors(sid: int) -> List[Any]:

@@ -540,3 +540,30 @@ def test_a_storm_of_interrupts_never_changes_results_or_leaks():
         print("ok", state["done"], state["hits"])
     """, timeout=300)
     assert out.startswith("ok")
+
+
+def test_importing_under_a_tracer_that_reads_f_locals_keeps_the_dead_counts():
+    """The reference counts of a dead Value are measured at import; a trace
+    function reading f_locals (a debugger, a variable snooper) must not
+    skew them, or settles after would free the nodes of live Values."""
+    out = _run("""
+        import gc, sys
+        from helpers import micrograd_style_tanh
+        def tracer(frame, event, arg):
+            frame.f_locals
+            return tracer
+        sys.settrace(tracer)
+        from pygrad import Value, engine
+        from pygrad._core import lib
+        sys.settrace(None)
+        a = Value(3.0)                       # held by one name only
+        y = micrograd_style_tanh(Value)(Value(0.5)) * 2.0
+        tmp = Value(4.0) * 2.0
+        del tmp
+        gc.collect()
+        engine.settle()
+        assert lib.pg_alive(a._h) and lib.pg_alive(y._h)
+        y.backward()
+        print("ok", a.data, y.data)
+    """)
+    assert out.split()[:2] == ["ok", "3.0"]
