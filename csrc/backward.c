@@ -144,8 +144,14 @@ static int32_t run(pg_sweep *s) {
         if (n->flags & PG_F_PY_BACKWARD) return (int32_t)(h + 1);
         pg_rules[n->op].backward(n);
     }
-    s->done = 1;
     return 0;
+}
+
+/* The recorded sweep ran to its end and Python has seen it return: its
+ * grads stand (until then, a Ctrl-C raised as the last call returned would
+ * have pg_sweep_restore put them back). */
+void pg_sweep_keep(pg_sweep *s) {
+    if (s != NULL) s->done = 1;
 }
 
 int32_t pg_backward(uint32_t root, pg_sweep *s) {

@@ -236,8 +236,16 @@ static int layer_fits(int act, uint32_t nin, uint32_t nout) {
 /* Mark the n nodes from h on fresh (Python gets a Value for each); what a
  * multi-node creator returns for them: h, or PG_HELD - h (lock held). */
 static int32_t made_run(uint32_t h, uint32_t n) {
-    for (uint32_t j = 1; j < n; j++) pg_N(h + j)->flags |= PG_F_FRESH;
-    return made((int32_t)h);
+    /* Python-held if any node of the run is (a neuron over a custom op's
+     * Value): Python then holds the operands for every Value of the run. */
+    uint8_t held = 0;
+    for (uint32_t j = 1; j < n; j++) {
+        pg_node *nj = pg_N(h + j);
+        nj->flags |= PG_F_FRESH;
+        held |= nj->flags & PG_F_PY_HELD;
+    }
+    int32_t rc = made((int32_t)h);
+    return held && rc >= 0 ? PG_HELD - (int32_t)h : rc;
 }
 
 int32_t pg_linear_layer(int act, const uint32_t *params, const uint32_t *x, uint32_t nin,

@@ -191,8 +191,8 @@ int pg_set_py_backward(uint32_t h);
  * backward run (then call pg_backward_resume), or a negative PG_E_*:
  * PG_E_SWEEP asks for a sweep (sweep was NULL and a Python backward may be
  * met), before anything changed.  With a sweep, the grads it will touch
- * are saved first; pg_sweep_restore puts them back unless the sweep ran to
- * its end.  The sweep is Python's, zeroed, and released by pg_sweep_clear
+ * are saved first; pg_sweep_restore puts them back unless pg_sweep_keep
+ * was called (once the sweep has run to its end).  The sweep is Python's, zeroed, and released by pg_sweep_clear
  * (ffi.gc). */
 typedef struct pg_sweep {
     uint32_t *order;       /* the recorded walk, parents first */
@@ -203,6 +203,7 @@ typedef struct pg_sweep {
 int32_t pg_backward(uint32_t root, pg_sweep *sweep);
 int32_t pg_backward_resume(pg_sweep *sweep);
 void pg_sweep_restore(pg_sweep *sweep);
+void pg_sweep_keep(pg_sweep *sweep);
 void pg_sweep_clear(pg_sweep *sweep);
 void pg_node_backward(uint32_t h);
 

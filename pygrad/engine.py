@@ -629,9 +629,13 @@ def _record_backward(h: int) -> int:
             if fn is not None:     # None: never set, micrograd's `lambda: None`
                 fn()
             rc = lib.pg_backward_resume(sweep)
+        if rc == 0:
+            # Kept only now: a Ctrl-C that came during the last call rose
+            # as it returned, and the grads went back.
+            lib.pg_sweep_keep(sweep)
         return rc
     finally:
-        lib.pg_sweep_restore(sweep)        # nothing, once the sweep has run to its end
+        lib.pg_sweep_restore(sweep)        # nothing, once kept
 
 
 def _add_op_methods(cls: type) -> None:

@@ -936,3 +936,28 @@ def test_an_interrupted_model_edit_never_leaves_a_stale_fused_result(edit):
             w.pop()
         expected = unfused(model)
         assert model(x).data == pytest.approx(expected, rel=1e-12, abs=1e-12), n
+
+
+@pytest.mark.parametrize("neuron", [0, 2])
+def test_a_layer_with_a_custom_op_weight_in_any_neuron_keeps_its_closure(neuron):
+    """A fused layer whose weights include a custom op's Value holds it from
+    every output, whichever neuron it is in: the model may let it go, and a
+    backward() from the outputs still runs its closure."""
+    import gc
+    layer = nn.Layer(2, 3, nonlin=False)
+    base = layer.neurons[neuron].w[0]
+
+    def doubled(w):
+        out = C(2 * w.data, (w,), "double")
+
+        def _backward():
+            w.grad += 2 * out.grad
+        out._backward = _backward
+        return out
+    layer.neurons[neuron].w[0] = doubled(base)
+    outs = layer([C(1.0), C(2.0)])
+    layer.neurons[neuron].w[0] = base         # the model lets it go
+    layer([C(0.0), C(0.0)])
+    gc.collect()
+    outs[neuron].backward()
+    assert base.grad == 2.0
