@@ -545,7 +545,8 @@ class Value(_ValueBase):
         """Backpropagate from this node: its grad is set to 1, every node
         below it accumulates (``+=``) its gradient, as micrograd does.  If it
         fails (a closure raises, Ctrl-C, no memory), every grad is left as
-        it was."""
+        it was; but a sweep with no custom op below is one call into C, and
+        a Ctrl-C during it rises as it returns, with every grad applied."""
         h = self._h
         rc = lib.pg_backward(h, ffi.NULL)
         if rc == lib.PG_E_SWEEP:

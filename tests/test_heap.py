@@ -416,6 +416,45 @@ def test_a_ctrl_c_during_the_c_sweep_leaves_every_grad_as_it_was():
     y2.backward()
     assert (w.grad, y.grad) == (w2.grad, y2.grad)
 
+
+def test_a_ctrl_c_during_a_plain_c_sweep_leaves_it_whole():
+    """With no custom op below the root, backward() is one call into C that
+    no Ctrl-C can cut: one pressed meanwhile rises as the call returns,
+    with every grad applied (as documented), never half of them."""
+    import _thread
+
+    def graph():
+        w = Value(0.999)
+        y = Value(1.0)
+        for _ in range(150_000):
+            y = y * w + 0.001
+        return w, y
+
+    (w, y), (w2, y2) = graph(), graph()
+    t = time.perf_counter()
+    y.backward()
+    y2.backward()
+    took = time.perf_counter() - t
+    interrupted = 0
+    for attempt in range(6):
+        before = w.grad
+        timer = threading.Timer(took * (0.2 + 0.05 * attempt), _thread.interrupt_main)
+        timer.start()
+        try:
+            try:
+                y.backward()
+            except KeyboardInterrupt:
+                interrupted += 1
+            timer.join()
+            time.sleep(0.02)
+        except KeyboardInterrupt:
+            pass
+        if w.grad != before:    # a pass ran (w is reached first and last): whole
+            y2.backward()
+            assert (w.grad, y.grad) == (w2.grad, y2.grad)
+    assert interrupted >= 1
+    assert (w.grad, y.grad) == (w2.grad, y2.grad)
+
 # -- nothing grows with the heap ------------------------------------------------
 
 def _loops():
