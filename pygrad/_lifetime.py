@@ -379,6 +379,8 @@ def _at_collection(phase: str, info: "dict[str, int]") -> None:
     (Python reports an exception from a gc callback as unraisable), so it
     is delivered to the main thread again once the callback is over."""
     global _collecting
+    if _sys.unraisablehook is not _unraisable:     # replaced since (pytest does, per test)
+        _hook_unraisable()
     full = info.get("generation") == 2
     if not full and (phase != "start" or not (held_fresh or lib.pg_closed_segments(peek, 1))):
         return
@@ -412,6 +414,7 @@ peek = ffi.new("uint32_t[1]")
 # last: the Python code a collection runs (callbacks, finalizers) may let
 # another thread in anywhere in between.
 _collecting = False
+_in_hook = False          # _unraisable is running
 
 
 def _interrupt_later() -> None:
@@ -419,7 +422,8 @@ def _interrupt_later() -> None:
     # fire at the next bytecode: still inside the callback.  A helper thread
     # raises it once the collection is over.
     def deliver() -> None:
-        while _collecting:
+        deadline = time.monotonic() + 10.0       # no collection takes that long: go anyway
+        while (_collecting or _in_hook) and time.monotonic() < deadline:
             time.sleep(0.0002)
         _thread.interrupt_main()
     try:
@@ -428,20 +432,40 @@ def _interrupt_later() -> None:
         pass
 
 
-def _unraisable(args: Any, _previous: Any = sys.unraisablehook) -> None:
+def _unraisable(args: Any) -> None:
     """Python checks for a pending signal as a function starts, so a
     KeyboardInterrupt can rise at ``_at_collection``'s first
     instruction, before any ``try`` of its own; the collection then reports
     it as unraisable and drops it (a Ctrl-C lost in a training loop).  That
-    one is delivered again; anything else goes to the hook that was there."""
+    one is delivered again; anything else goes to the hook that was there.
+    ``_collecting`` is cleared: if that was a full collection's last
+    callback, none will clear it (and the delivery would wait for it)."""
+    global _collecting, _in_hook
     if args.exc_type is KeyboardInterrupt and args.object is _at_collection:
+        _in_hook = True          # the delivery waits for this function to end
+        _collecting = False
         _interrupt_later()
+        _in_hook = False
     else:
-        _previous(args)
+        _previous_hook(args)
+
+
+_sys = sys
+_previous_hook: Any = sys.unraisablehook
+
+
+def _hook_unraisable() -> None:
+    """Put _unraisable in front of the current hook (at import, and at a
+    collection that finds another hook put in place since)."""
+    global _previous_hook
+    current = sys.unraisablehook
+    if current is not _unraisable:
+        _previous_hook = current
+        sys.unraisablehook = _unraisable
 
 
 gc.callbacks.append(_at_collection)
-sys.unraisablehook = _unraisable
+_hook_unraisable()
 
 
 def lock() -> Any:
