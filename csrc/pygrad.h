@@ -192,8 +192,8 @@ int pg_set_py_backward(uint32_t h);
  * PG_E_SWEEP asks for a sweep (sweep was NULL and a Python backward may be
  * met), before anything changed.  With a sweep, the grads it will touch
  * are saved first; pg_sweep_restore puts them back unless pg_sweep_keep
- * was called (once the sweep has run to its end).  The sweep is Python's, zeroed, and released by pg_sweep_clear
- * (ffi.gc). */
+ * was called (once the sweep has run to its end).  The sweep is Python's,
+ * zeroed, and released by pg_sweep_clear (ffi.gc). */
 typedef struct pg_sweep {
     uint32_t *order;       /* the recorded walk, parents first */
     double *saved;         /* each recorded node's grad and aux, before */

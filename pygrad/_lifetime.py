@@ -379,7 +379,7 @@ def _at_collection(phase: str, info: "dict[str, int]") -> None:
     (Python reports an exception from a gc callback as unraisable), so it
     is delivered to the main thread again once the callback is over."""
     global _collecting
-    if _sys.unraisablehook is not _unraisable:     # replaced since (pytest does, per test)
+    if sys.unraisablehook is not _unraisable:      # replaced since (pytest does, per test)
         _hook_unraisable()
     full = info.get("generation") == 2
     if not full and (phase != "start" or not (held_fresh or lib.pg_closed_segments(peek, 1))):
@@ -450,7 +450,6 @@ def _unraisable(args: Any) -> None:
         _previous_hook(args)
 
 
-_sys = sys
 _previous_hook: Any = sys.unraisablehook
 
 
