@@ -26,7 +26,9 @@
  *               mark (pg_unfresh); a live one in a closed segment takes a
  *               claim first; pg_settle then clears what is left of the
  *               segment's fresh marks (nodes whose Value never came, as after
- *               a KeyboardInterrupt) and unqueues it.
+ *               a KeyboardInterrupt) and unqueues it.  (While an op may be
+ *               under way, Python first gives such a node a claim: code
+ *               run inside the op may have closed its segment.)
  *   8. free     a node that is neither fresh nor held is freed, and its
  *               children lose a parent (a cascade over an intrusive work
  *               list, never the C stack).  A settled segment with no live
@@ -478,6 +480,22 @@ uint32_t pg_fresh_nodes(uint32_t sid, uint32_t *held) {
     }
     pg_unlock();
     *held = py;
+    return n;
+}
+
+uint32_t pg_fresh_list(uint32_t sid, uint32_t *out, uint32_t cap) {
+    pg_lock();
+    uint32_t n = 0;
+    if (pg_seg_valid(sid)) {
+        const pg_seg *seg = pg_segtab[sid];
+        uint32_t base = sid << PG_SEG_BITS;
+        for (uint32_t i = 0; i < seg->used; i++)
+            if (seg->nodes[i].flags & PG_F_FRESH) {
+                if (n < cap) out[n] = base | i;
+                n++;
+            }
+    }
+    pg_unlock();
     return n;
 }
 

@@ -89,6 +89,11 @@ uint32_t pg_unsettled_segments(uint32_t *sids, uint32_t cap);
  * a sparse segment's slots differently, and follows the Python references
  * between held Values (chains that die together) only where there are. */
 uint32_t pg_fresh_nodes(uint32_t sid, uint32_t *held);
+/* The handles of segment sid's fresh nodes, up to cap of them in out; how
+ * many there are.  Settling asks only when some have no Value yet (an op
+ * under way whose Python side was cut into by code that closed the
+ * segment: see _lifetime.py, "late"). */
+uint32_t pg_fresh_list(uint32_t sid, uint32_t *out, uint32_t cap);
 /* Python is done with closed segment sid: 0, or PG_E_ARG. */
 int32_t pg_settle(uint32_t sid);
 /* 1 if h names a live node, else 0. */

@@ -22,6 +22,12 @@ its state diagram (eight concepts); what Python does in it:
   full collection and on ``settle()`` (Python-held Values then trade the
   table for claims, so that the collection sees their cycles).  A Ctrl-C that lands in the collection
   callback is delivered again (``_unraisable``).
+* **Ops cut into.**  Code that runs inside an op (a finalizer, a gc
+  callback, a signal handler) may close and settle the op's segment before
+  the op stores its Value: while any thread is in an op function
+  (``makes_nodes``), a closed segment's fresh node with no Value takes a
+  claim (``late``) that goes to its Value when it comes (``_keep_late``,
+  ``_settle_late``).
 * **Claims.**  A settled Value holds its node through ``_s``, a claim that
   C releases (a cffi allocator's free, ``pg_claim_free``) when the Value
   dies: no Python code runs then, so an interrupt can't cut a release in
@@ -48,6 +54,7 @@ import sys
 import threading
 import time
 import weakref
+from types import FrameType
 from functools import partial
 from itertools import compress, repeat
 from operator import eq as _eq, is_not, lt as _lt
@@ -56,7 +63,7 @@ from typing import Any, List, Optional
 from ._core import ffi, lib
 
 __all__ = ["values", "store", "reach", "registry", "hold", "new_claim", "CLAIM", "lock",
-           "values_of",
+           "values_of", "makes_nodes", "late",
            "settle", "settle_closed", "extras", "check"]
 
 SEG_BITS: int = lib.PG_SEG_BITS
@@ -210,7 +217,7 @@ _DEAD_BY_HANDLE = _untraced(_dead_count_by_handle)
 _DEAD_EACH, _DEAD_IN_SCAN_EACH = repeat(_DEAD), repeat(_DEAD_IN_SCAN)
 
 
-def _survivors(sid: int) -> List[Any]:
+def _survivors(sid: int) -> "tuple[List[Any], int]":
     """The Values of segment sid that something besides the table holds,
     by C-level scans: the dead ones are not touched.  In a sparse segment
     (most nodes of a fused layer have no Value) the empty slots go first,
@@ -219,16 +226,25 @@ def _survivors(sid: int) -> List[Any]:
     Python-held Values hold their operands' (``_hold``), so a dropped chain
     of them (ops above a custom op) shows one dead Value and the rest held:
     where the segment has any, ``_sweep`` drops the whole chain first,
-    rather than claiming every Value of it only to see them die."""
+    rather than claiming every Value of it only to see them die.
+
+    Also returns how many fresh nodes have no Value in the table: none,
+    unless an op's Python side was cut into (see ``_keep_late``)."""
     base = sid << SEG_BITS
     fresh = lib.pg_fresh_nodes(sid, _held_count)
     if _held_count[0]:
         _sweep(base, base + SEG_NODES)
+        fresh = lib.pg_fresh_nodes(sid, _held_count)
     vals = values[base:base + SEG_NODES]
     if 2 * fresh < SEG_NODES:
         vals = list(filter(_not_none, vals))     # the copy it replaces goes at once
-    return list(filter(_not_none, compress(vals, map(_lt, _DEAD_IN_SCAN_EACH,
-                                                     map(_getrefcount, vals)))))
+        return (list(compress(vals, map(_lt, _DEAD_IN_SCAN_EACH, map(_getrefcount, vals)))),
+                fresh - len(vals))
+    # The Nones pass the scan too (None's count is huge): they are counted
+    # on the way, so that the dense case pays nothing for the count.
+    kept = list(compress(vals, map(_lt, _DEAD_IN_SCAN_EACH, map(_getrefcount, vals))))
+    survivors = list(filter(_not_none, kept))
+    return survivors, fresh - (len(vals) - (len(kept) - len(survivors)))
 
 
 def _sweep(lo: int, hi: int) -> None:
@@ -259,6 +275,8 @@ _not_none = partial(is_not, None)    # not falsiness: a Value subclass may defin
 
 
 def _settle_closed() -> None:
+    if late:
+        _settle_late()
     sids = ffi.new("uint32_t[16]")
     while True:
         n = lib.pg_closed_segments(sids, 16)
@@ -270,14 +288,119 @@ def _settle_closed() -> None:
                 # The dead go as the range empties; the rest are registered,
                 # then claimed, while the table still holds them.  (A Value
                 # only a dead one held gets a claim too, released as it dies.)
-                for v in _survivors(sid):
+                survivors, unstored = _survivors(sid)
+                for v in survivors:
                     registry.add(v)
                     v._s = hold(v._h)
                 v = None
-                values[base:base + SEG_NODES] = _EMPTY
+                del survivors
+                if unstored > 0:
+                    _keep_late(sid)
+                else:
+                    values[base:base + SEG_NODES] = _EMPTY
+            elif lib.pg_fresh_nodes(sid, _held_count):
+                _keep_late(sid)         # fresh, and the table does not reach them yet
             lib.pg_settle(sid)
         if len(held_fresh) > 4 * SEG_NODES:
             del held_fresh[:len(held_fresh) // 2]     # settled long since, mostly
+
+
+# -- ops cut into: "late" nodes ------------------------------------------------
+#
+# An op makes its node in C, then stores its Value in the table.  Python
+# code can run in between, on the same thread: a garbage collection's
+# callbacks and finalizers (the op allocates its Value), a signal handler.
+# If that code closes the op's segment (it makes nodes till the segment is
+# full, or calls settle()) and the segment settles before the op goes on,
+# the op's node is fresh with no Value, like the node of an op that a
+# Ctrl-C cut short, whose Value never comes.  The two look alike in the
+# table; the stacks tell them apart: while a function of ``op_codes`` is
+# running in any thread, such a node is kept by a claim of its own
+# (``late``), its slot stays in the table, and later settles give that
+# claim to the Value that comes, or drop it once no op is under way.
+
+# Code objects of the functions that make a node in C and store its Value
+# (engine's ops, marked with makes_nodes), and handle -> claim of the late.
+op_codes: "set[Any]" = set()
+late: "dict[int, Any]" = {}
+
+
+def makes_nodes(fn: Any) -> Any:
+    """Mark fn as one that makes nodes in C and then stores their Values
+    (its frame on a stack means one may be under way)."""
+    op_codes.add(fn.__code__)
+    return fn
+
+
+def _op_under_way() -> bool:
+    """Is a function of ``op_codes`` running in any thread (this one too)?"""
+    codes = op_codes
+    for top in sys._current_frames().values():
+        frame: Optional[FrameType] = top
+        while frame is not None:
+            if frame.f_code in codes:
+                return True
+            frame = frame.f_back
+    return False
+
+
+def _claimed(v: Any, h: int) -> bool:
+    # By the registry, not v._s: a subclass's __getattr__ could answer that.
+    r = registry.refs.get(h)
+    return r is not None and r() is v
+
+
+def _keep_late(sid: int) -> None:
+    """Closed segment sid has fresh nodes with no Value in the table.  If an
+    op may still be under way, each takes a claim in ``late`` before the
+    segment settles; else they are an interrupted op's, and go with it.
+    Its Values stored since the scan are claimed here, as survivors; the
+    range is emptied but for the late slots, which the ops are still to
+    fill (a store can come whenever a C call lets the GIL go)."""
+    base = sid << SEG_BITS
+    buf = ffi.new("uint32_t[]", SEG_NODES)
+    count = lib.pg_fresh_list(sid, buf, SEG_NODES)
+    busy = None
+    n = len(values)
+    for h in list(buf[0:count]):
+        v = values[h] if h < n else None
+        if v is None:
+            if busy is None:
+                busy = _op_under_way()
+            if busy and h not in late:
+                late[h] = hold(h)
+        elif _getrefcount(v) > _DEAD_BY_HANDLE and not _claimed(v, h):
+            registry.add(v)
+            v._s = hold(h)
+    v = None
+    if base < len(values):
+        lo = base
+        for h in sorted(h for h in late if h >> SEG_BITS == sid):
+            values[lo:h] = _EMPTY[:h - lo]
+            lo = h + 1
+        values[lo:base + SEG_NODES] = _EMPTY[:base + SEG_NODES - lo]
+
+
+def _settle_late() -> None:
+    """Give each late claim to its Value if it has come and is alive; drop
+    it with its Value if that is dead, or if no Value came and no op is
+    under way (it never will)."""
+    busy = None
+    n = len(values)
+    for h in list(late):
+        v = values[h] if h < n else None
+        if v is not None:
+            if _getrefcount(v) > _DEAD_BY_HANDLE and not _claimed(v, h):
+                registry.add(v)           # registered, then claimed, then out
+                v._s = late[h]
+            values[h] = None
+            del late[h]
+        else:
+            if busy is None:
+                busy = _op_under_way()
+            if not busy:
+                del late[h]
+    v = None
 
 
 def settle_closed() -> None:
@@ -382,7 +505,8 @@ def _at_collection(phase: str, info: "dict[str, int]") -> None:
     if sys.unraisablehook is not _unraisable:      # replaced since (pytest does, per test)
         _hook_unraisable()
     full = info.get("generation") == 2
-    if not full and (phase != "start" or not (held_fresh or lib.pg_closed_segments(peek, 1))):
+    if not full and (phase != "start" or not (held_fresh or late
+                                                or lib.pg_closed_segments(peek, 1))):
         return
     _collecting = True
     try:

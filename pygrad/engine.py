@@ -21,6 +21,7 @@ from ._core import ffi, lib
 from ._lifetime import check as _check
 from ._lifetime import extras, held_fresh as _held_fresh, store as _store, values as _values
 from ._lifetime import registry as _registry, new_claim as _new_claim, CLAIM as _CLAIM
+from ._lifetime import makes_nodes
 from ._copies import new_leaf
 from ._numbers import real_or_none, value_data
 
@@ -53,6 +54,7 @@ def settle() -> None:
     _lifetime.settle()
 
 
+@makes_nodes
 def _attend(rc: int, kids: tuple, what: str = "a graph node") -> "Value":
     """A creator's result that is no plain handle: a Python-held node
     (PG_HELD - h), whose Value holds its operands' Values; or an error."""
@@ -70,6 +72,7 @@ def _attend(rc: int, kids: tuple, what: str = "a graph node") -> "Value":
     return out
 
 
+@makes_nodes
 def _create(make: Callable[..., int], kids: tuple, *args: Any) -> "Value":
     """A node from ``make(*args)``, wrapped (the path of the less frequent
     ops; the hot dunders inline it).  ``kids``: the operand Values, held if
@@ -86,6 +89,7 @@ def _create(make: Callable[..., int], kids: tuple, *args: Any) -> "Value":
     return out
 
 
+@makes_nodes
 def _run(h: int, n: int, kids: Optional[Callable[[int], tuple]] = None) -> "list[Value]":
     """Values for the n consecutive new nodes h, h + 1, ... (one segment);
     with ``kids``, Python-held ones holding ``kids(j)``."""
@@ -110,6 +114,7 @@ def make_nary(op: int, variant: int, handles: Any, n: int, kids: tuple = ()) -> 
     return _create(lib.pg_nary, kids, op, variant, handles, n)
 
 
+@makes_nodes
 def make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
                 param_values: "Sequence[Value]" = (), xs: "Sequence[Value]" = ()) -> "list[Value]":
     """nout fused LINEAR nodes over shared inputs (pygrad.nn.Layer)."""
@@ -123,6 +128,7 @@ def make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
     return _run(_HELD - rc, nout, lambda j: tuple(param_values[j * k:(j + 1) * k]) + inputs)
 
 
+@makes_nodes
 def make_mlp(nlayers: int, acts: Any, params: Any, sizes: Any, x: Any,
               nout: int) -> "Optional[list[Value]]":
     """The layers of a fused MLP in one C call (pg_mlp): the hidden layers'
@@ -135,6 +141,7 @@ def make_mlp(nlayers: int, acts: Any, params: Any, sizes: Any, x: Any,
     return _run(_check(rc, "a model's layers"), nout)
 
 
+@makes_nodes
 def make_leaves(data: "Sequence[float]") -> "list[Value]":
     """Leaves holding ``data`` (pygrad.data.to_values), one C call per
     segment's worth."""
@@ -206,6 +213,7 @@ def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
     make = getattr(lib, "pg_binary_" + code)
     make_k = getattr(lib, "pg_binary_k_" + code)
 
+    @makes_nodes
     def method(self: "Value", other: Any) -> "Value":
         t = type(other)
         if t is Value:
@@ -247,6 +255,7 @@ def _binary_swapped(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
     make = getattr(lib, "pg_binary_" + code)
     make_rk = getattr(lib, "pg_binary_rk_" + code)
 
+    @makes_nodes
     def method(self: "Value", other: Any) -> "Value":
         t = type(other)
         if t is float or t is int:
@@ -272,6 +281,7 @@ def _binary_swapped(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
 def _unary(op: _ops.Op, doc: str) -> Callable[["Value"], "Value"]:
     make = getattr(lib, "pg_unary_" + op.key.upper())
 
+    @makes_nodes
     def method(self: "Value") -> "Value":
         h = make(self._h)
         if h >= 0:
@@ -375,6 +385,7 @@ class Value(_ValueBase):
     _name: str
     _label: str
 
+    @makes_nodes
     def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
                  label: str = "") -> None:
         if not _children and _op == "":      # a leaf: the common case
@@ -563,6 +574,7 @@ class Value(_ValueBase):
     # The other operator methods (__add__, exp, sin, ...) are made from the
     # op table (csrc/ops.def) below the class: see _add_op_methods.
 
+    @makes_nodes
     def __pow__(self, other: Any) -> "Value":
         """self ** other: a number exponent is a constant ('**2'), a Value
         exponent is differentiated too."""

@@ -426,10 +426,12 @@ def test_a_ctrl_c_during_the_c_sweep_leaves_every_grad_as_it_was():
         return w, _tanh(y)          # a custom op on top: the recorded sweep
 
     (w, y), (w2, y2) = graph(), graph()
-    t = time.perf_counter()
-    y.backward()
-    took = time.perf_counter() - t
-    y2.backward()
+    took = float("inf")
+    for _ in range(3):              # the first pass is slower (pages, buffers): the fastest
+        t = time.perf_counter()
+        y.backward()
+        took = min(took, time.perf_counter() - t)
+        y2.backward()
     interrupted = 0
     for attempt in range(12):
         before = (w.grad, y.grad)

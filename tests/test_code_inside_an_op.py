@@ -1,0 +1,273 @@
+"""Python code that runs inside an op, between its C call and the store of
+its Value: a garbage collection's callbacks and finalizers (the op allocates
+its Value), a signal handler.  Such code may make nodes until the op's
+segment is full, or call settle(), and so settle the segment the op's node
+sits in before the op has stored its Value.  The node must live on, and the
+op's result be whole (pygrad/_lifetime.py, "late")."""
+import gc
+import os
+import random
+import signal
+import sys
+import threading
+
+import pytest
+
+import pygrad
+from pygrad import Value, engine, nn
+from pygrad import _lifetime
+from pygrad.data import to_values
+from pygrad.functional import dot, logsumexp
+from pygrad.functional import sum as vsum
+from pygrad._core import lib
+
+from helpers import micrograd_style_tanh, square_function
+import internals
+
+SEG_NODES = lib.PG_SEG_NODES
+
+
+def live() -> int:
+    gc.collect()
+    engine.settle()
+    return internals.live_nodes()
+
+
+def fill_and_settle() -> None:
+    """What a finalizer that copies a model does, at worst: nodes enough to
+    close this thread's segment, then a settle."""
+    made = [Value(0.5) for _ in range(SEG_NODES + 8)]
+    del made
+    engine.settle()
+
+
+class AtTheNthCollection:
+    """A gc callback that runs ``action`` at the n-th collection after it is
+    armed, once."""
+
+    def __init__(self, action) -> None:
+        self.action = action
+        self.left = 0
+
+    def __call__(self, phase, info) -> None:
+        if phase == "start" and self.left > 0:
+            self.left -= 1
+            if self.left == 0:
+                self.action()
+
+    def __enter__(self):
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self)
+
+
+def outputs_of(made):
+    return made if isinstance(made, list) else [made]
+
+
+def leaves_and_op(kind: str):
+    """Fresh leaves and an op over them (returns one Value, or a list)."""
+    random.seed(7)
+    a, b = Value(0.75), Value(-1.25)
+    xs = [Value(0.1 * i - 0.3) for i in range(3)]
+    tanh = micrograd_style_tanh(Value)
+    ops = {
+        "mul": lambda: a * b,
+        "add number": lambda: a + 2.0,
+        "number minus": lambda: 2.0 - a,
+        "unary": lambda: a.exp(),
+        "relu": lambda: a.relu(),
+        "pow number": lambda: a ** 3,
+        "pow Value": lambda: a ** b,
+        "dot": lambda: dot(xs, [a, b, 0.5]),
+        "sum": lambda: vsum(xs),
+        "logsumexp": lambda: logsumexp(xs),
+        "Function": lambda: square_function().apply(a),
+        "above a custom op": lambda: tanh(a) * b,
+        "layer": lambda: nn.Layer(3, 4)(xs),
+        "mlp": lambda: nn.MLP(3, [4, 4, 2])(xs),
+        "to_values": lambda: to_values([[0.25, 0.5], [0.75, 1.0]])[1],
+    }
+    return [a, b] + xs, ops[kind]
+
+
+KINDS = ["mul", "add number", "number minus", "unary", "relu", "pow number", "pow Value",
+         "dot", "sum", "logsumexp", "Function", "above a custom op", "layer", "mlp",
+         "to_values"]
+
+
+def reading(outs, leaves):
+    """Every output's data, then the leaves' grads after a backward from
+    the outputs' sum (the Values must be whole for either)."""
+    data = [o.data for o in outs]
+    total = outs[0]
+    for o in outs[1:]:
+        total = total + o
+    total.backward()
+    return data, [v.grad for v in leaves]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_settle_at_any_collection_inside_an_op_leaves_its_result_whole(kind):
+    before = live()
+    leaves, op = leaves_and_op(kind)
+    expected = reading(outputs_of(op()), leaves)
+    threshold = gc.get_threshold()
+    n = 1
+    with AtTheNthCollection(fill_and_settle) as hook:
+        while True:
+            leaves, op = leaves_and_op(kind)
+            gc.set_threshold(1)       # a collection at every allocation of the op
+            hook.left = n
+            try:
+                made = op()
+            finally:
+                gc.set_threshold(*threshold)
+            fired = hook.left == 0
+            hook.left = 0
+            outs = outputs_of(made)
+            for o in outs:
+                assert lib.pg_alive(o._h), f"{kind}: collection {n} freed the result's node"
+            assert reading(outs, leaves) == expected, f"{kind}: collection {n}"
+            del made, outs, o
+            if not fired:
+                break             # the op makes fewer collections than n: all were tried
+            n += 1
+    assert n > 1
+    del leaves, op
+    assert live() == before
+    assert not _lifetime.late
+
+
+def test_a_finalizer_that_copies_the_model_inside_an_op_leaves_it_whole():
+    """As users write it: an object in a reference cycle whose __del__ keeps a
+    copy of the parameters (a checkpoint) and settles.  The collector frees
+    it at some allocation of the ops that follow: in a chain, the only
+    allocations are the ops' Values, between their C calls and stores."""
+    import copy
+    model = nn.MLP(2, [8, 1])
+    saved = []
+
+    class Checkpoint:
+        def __init__(self):
+            self.me = self                       # a cycle: only the collector frees it
+
+        def __del__(self):
+            saved.append(copy.deepcopy(model.parameters()))
+            fill_and_settle()
+
+    threshold = gc.get_threshold()
+    rng = random.Random(3)
+    w = Value(0.5)
+    bad = 0
+    try:
+        for i in range(300):
+            y = model([Value(0.1 * i), Value(-0.2)])
+            Checkpoint()
+            gc.set_threshold(rng.randint(1, 12))
+            for _ in range(20):
+                y = y * w + 0.25
+            gc.set_threshold(*threshold)
+            if not lib.pg_alive(y._h):
+                bad += 1
+                continue
+            y.backward()
+            del saved[:]
+    finally:
+        gc.set_threshold(*threshold)
+    assert bad == 0
+    live()
+    assert not _lifetime.late
+
+
+def test_a_settle_in_another_thread_while_code_runs_inside_an_op():
+    """The code inside the op closes its segment, then waits for another
+    thread that settles: that thread must see the op under way here."""
+    def elsewhere():
+        t = threading.Thread(target=engine.settle)
+        made = [Value(0.5) for _ in range(SEG_NODES + 8)]
+        t.start()
+        t.join()
+        del made
+
+    a, b = Value(1.5), Value(2.0)
+    threshold = gc.get_threshold()
+    with AtTheNthCollection(elsewhere) as hook:
+        for n in range(1, 4):
+            gc.set_threshold(1)
+            hook.left = n
+            try:
+                c = a * b
+            finally:
+                gc.set_threshold(*threshold)
+            assert lib.pg_alive(c._h)
+            assert c.data == 3.0
+            c.backward()
+            assert (a.grad, b.grad) == (2.0 * n, 1.5 * n)
+    live()
+    assert not _lifetime.late
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="setitimer")
+def test_a_signal_handler_that_makes_nodes_and_settles_mid_op():
+    """A handler (a progress report that evaluates the model, say) can land
+    at any bytecode of an op, between its C call and its store too."""
+    fired = [0]
+
+    def handler(signum, frame):
+        fired[0] += 1
+        fill_and_settle()
+        signal.setitimer(signal.ITIMER_REAL, random.uniform(0.0005, 0.003))   # from now
+
+    old = signal.signal(signal.SIGALRM, handler)
+    w = Value(0.5)
+    bad = 0
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.002)
+        for _ in range(200):
+            y = Value(1.0)
+            for _ in range(200):
+                y = y * w + 0.25
+            if not lib.pg_alive(y._h):
+                bad += 1
+                continue
+            y.backward()
+            if fired[0] >= 40:
+                break
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert bad == 0
+    assert fired[0] > 0
+    live()
+    assert not _lifetime.late
+
+
+def test_a_node_kept_for_an_op_that_never_stores_goes_at_the_next_settle():
+    """A node made in C whose Value never comes (an op cut short by Ctrl-C
+    between C and its store), in a segment settled while another op is
+    under way: it is kept, as that op's might be, and the next settle
+    outside any op frees it."""
+    a, b = Value(1.5), Value(2.0)
+    before = live()
+
+    def cut_op_then_settle():
+        lib.pg_binary_MUL(a._h, b._h)       # what a cut op leaves: a node, no Value
+        fill_and_settle()
+
+    threshold = gc.get_threshold()
+    with AtTheNthCollection(cut_op_then_settle) as hook:
+        gc.set_threshold(1)
+        hook.left = 1
+        try:
+            c = a * b
+        finally:
+            gc.set_threshold(*threshold)
+    assert hook.left == 0
+    assert _lifetime.late, "the settle inside the op kept the nodes without Values"
+    assert c.data == 3.0
+    del c
+    assert live() == before
+    assert not _lifetime.late
