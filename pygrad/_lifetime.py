@@ -388,18 +388,21 @@ def _settle_late() -> None:
     busy = None
     n = len(values)
     for h in list(late):
+        # A settle set off inside this one (a finalizer's op that grows the
+        # table) may have dealt with h already: hence get and pop.
         v = values[h] if h < n else None
         if v is not None:
-            if _getrefcount(v) > _DEAD_BY_HANDLE and not _claimed(v, h):
+            claim = late.get(h)
+            if claim is not None and _getrefcount(v) > _DEAD_BY_HANDLE and not _claimed(v, h):
                 registry.add(v)           # registered, then claimed, then out
-                v._s = late[h]
+                v._s = claim
             values[h] = None
-            del late[h]
+            late.pop(h, None)
         else:
             if busy is None:
                 busy = _op_under_way()
             if not busy:
-                del late[h]
+                late.pop(h, None)
     v = None
 
 
