@@ -6,9 +6,10 @@
 #include "node.h"
 
 /* g = grad (+ weight_decay * data); with momentum, v = momentum * v + g and
- * the step uses v; data = data - lr * step. */
+ * the step uses v; data = data - lr * step.  Each step counts itself in
+ * *steps, in the same call: no Ctrl-C can fall between update and count. */
 int32_t pg_sgd_step(const uint32_t *h, uint32_t n, double lr, double momentum,
-                    double weight_decay, double *velocity, size_t nvelocity) {
+                    double weight_decay, double *velocity, size_t nvelocity, double *steps) {
     if (nvelocity < n) return PG_E_ARG;
     for (uint32_t i = 0; i < n; i++) {
         pg_node *p = pg_N(h[i]);
@@ -20,6 +21,7 @@ int32_t pg_sgd_step(const uint32_t *h, uint32_t n, double lr, double momentum,
         }
         p->data = p->data - lr * g;
     }
+    *steps += 1.0;
     return 0;
 }
 
@@ -27,7 +29,7 @@ int32_t pg_sgd_step(const uint32_t *h, uint32_t n, double lr, double momentum,
  * bias2 = 1 - beta2**t given by the caller. */
 int32_t pg_adam_step(const uint32_t *h, uint32_t n, double lr, double beta1, double beta2,
                      double eps, double weight_decay, double bias1, double bias2,
-                     double *m, size_t nm, double *v, size_t nv) {
+                     double *m, size_t nm, double *v, size_t nv, double *steps) {
     if (nm < n || nv < n) return PG_E_ARG;
     for (uint32_t i = 0; i < n; i++) {
         pg_node *p = pg_N(h[i]);
@@ -39,5 +41,6 @@ int32_t pg_adam_step(const uint32_t *h, uint32_t n, double lr, double beta1, dou
         double vhat = v[i] / bias2;
         p->data = p->data - lr * mhat / (sqrt(vhat) + eps);
     }
+    *steps += 1.0;
     return 0;
 }

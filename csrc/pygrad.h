@@ -140,12 +140,13 @@ void pg_fill_grad(const uint32_t *h, uint32_t n, double v);
 
 /* Optimizer steps over n parameters (pygrad.optim documents the maths).
  * Each state array comes with its length: PG_E_ARG, and nothing changed, if
- * one is shorter than n. */
+ * one is shorter than n.  A step that ran adds 1 to *steps (the
+ * optimizer's step count, a double: exact to 2**53). */
 int32_t pg_sgd_step(const uint32_t *h, uint32_t n, double lr, double momentum,
-                    double weight_decay, double *velocity, size_t nvelocity);
+                    double weight_decay, double *velocity, size_t nvelocity, double *steps);
 int32_t pg_adam_step(const uint32_t *h, uint32_t n, double lr, double beta1, double beta2,
                      double eps, double weight_decay, double bias1, double bias2,
-                     double *m, size_t nm, double *v, size_t nv);
+                     double *m, size_t nm, double *v, size_t nv, double *steps);
 
 /* Node fields. */
 double pg_data(uint32_t h);

@@ -92,8 +92,9 @@ class Backend:
             p.data = x
 
     def sgd_step(self, packed: Any, lr: float, momentum: float, weight_decay: float,
-                 velocity: Any) -> None:
-        """One SGD update (see ``pygrad.optim``); ``velocity`` from ``buffer``."""
+                 velocity: Any, steps: Any) -> None:
+        """One SGD update (see ``pygrad.optim``), counted in ``steps[0]``;
+        ``velocity`` and ``steps`` from ``buffer``."""
         for i, p in enumerate(packed):
             g = p.grad
             if weight_decay != 0.0:
@@ -102,10 +103,13 @@ class Backend:
                 velocity[i] = momentum * float(velocity[i]) + g
                 g = float(velocity[i])
             p.data = p.data - lr * g
+        steps[0] += 1.0
 
     def adam_step(self, packed: Any, lr: float, beta1: float, beta2: float, eps: float,
-                  weight_decay: float, bias1: float, bias2: float, m: Any, v: Any) -> None:
-        """One Adam update (see ``pygrad.optim``); ``m``, ``v`` from ``buffer``."""
+                  weight_decay: float, bias1: float, bias2: float, m: Any, v: Any,
+                  steps: Any) -> None:
+        """One Adam update (see ``pygrad.optim``), counted in ``steps[0]``;
+        ``m``, ``v`` and ``steps`` from ``buffer``."""
         for i, p in enumerate(packed):
             g = p.grad
             if weight_decay != 0.0:
@@ -114,6 +118,7 @@ class Backend:
             vi = beta2 * float(v[i]) + (1.0 - beta2) * (g * g)
             m[i], v[i] = mi, vi
             p.data = p.data - lr * (mi / bias1) / (math.sqrt(vi / bias2) + eps)
+        steps[0] += 1.0
 
     # -- building nodes ---------------------------------------------------------
 
@@ -213,14 +218,15 @@ class _CBackend(Backend):
         lib.pg_scatter_data(packed, len(packed), ffi.from_buffer("double[]", arr))
 
     def sgd_step(self, packed: Any, lr: float, momentum: float, weight_decay: float,
-                 velocity: Any) -> None:
+                 velocity: Any, steps: Any) -> None:
         _state_fits(lib.pg_sgd_step(packed, len(packed), lr, momentum, weight_decay,
-                                    velocity, len(velocity)))
+                                    velocity, len(velocity), steps))
 
     def adam_step(self, packed: Any, lr: float, beta1: float, beta2: float, eps: float,
-                  weight_decay: float, bias1: float, bias2: float, m: Any, v: Any) -> None:
+                  weight_decay: float, bias1: float, bias2: float, m: Any, v: Any,
+                  steps: Any) -> None:
         _state_fits(lib.pg_adam_step(packed, len(packed), lr, beta1, beta2, eps, weight_decay,
-                                     bias1, bias2, m, len(m), v, len(v)))
+                                     bias1, bias2, m, len(m), v, len(v), steps))
 
     def fuses_layers(self, nout: int) -> bool:
         return nout <= lib.PG_SEG_NODES

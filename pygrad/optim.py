@@ -50,7 +50,6 @@ class Optimizer:
         if not callable(lr):
             lr = to_setting(lr, "lr")
         self.lr = lr
-        self.steps = 0
         for p in self.params:
             if not is_value(p):
                 raise TypeError(f"optimizer parameters must be Values, not {type(p).__name__}: {p!r}")
@@ -58,6 +57,24 @@ class Optimizer:
         self._packed = self._backend.pack(self._params)
         self._views: Dict[str, Any] = {}
         self._state: Dict[str, np.ndarray] = {}
+        self._count_steps(0)
+
+    def _count_steps(self, steps: int) -> None:
+        # The count lives where the C step adds to it, in the same call as
+        # the update: a Ctrl-C as the step returns can't leave it behind.
+        self._steps = np.array([float(steps)])
+        self._steps_view = self._backend.buffer(self._steps)
+
+    @property
+    def steps(self) -> int:
+        """How many ``step()`` calls have updated the parameters."""
+        return int(self._steps[0])
+
+    @steps.setter
+    def steps(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise ValueError(f"steps must be an int >= 0, not {n!r}")
+        self._steps[0] = float(n)
 
     @property
     def params(self) -> Tuple[Scalar, ...]:
@@ -101,8 +118,10 @@ class Optimizer:
 
     def step(self) -> None:
         """Update every parameter from its grad."""
+        before = self._steps[0]
         self._step(self.current_lr())
-        self.steps += 1
+        if self._steps[0] == before:       # a subclass's own _step, which does not count
+            self._steps[0] = before + 1.0
 
     def _step(self, lr: float) -> None:
         raise NotImplementedError
@@ -120,7 +139,8 @@ class Optimizer:
     # checked as an assignment is (a pickle can't make C step out of bounds).
     def __getstate__(self) -> Any:
         state = {k: v for k, v in self.__dict__.items()
-                 if k not in ("_packed", "_views", "_backend", "_state")}
+                 if k not in ("_packed", "_views", "_backend", "_state", "_steps", "_steps_view")}
+        state["steps"] = self.steps
         state.update(self._state)
         state["_format"] = PICKLE_FORMAT
         return state
@@ -131,12 +151,15 @@ class Optimizer:
         if missing:
             raise ValueError(f"this {type(self).__name__} pickle has no {missing[0]!r} state")
         arrays = {k: state.pop(k) for k in self._STATE}
+        steps = state.pop("steps", 0)
         self.__dict__.update(state)
         self._backend = backend_of(self._params, what="optimizer parameters")
         self._packed = self._backend.pack(self._params)
         self._views, self._state = {}, {}
         for name, arr in arrays.items():
             self._set_state(name, arr)
+        self._count_steps(0)
+        self.steps = steps
 
 
 class _State:
@@ -196,7 +219,7 @@ class SGD(Optimizer):
 
     def _step(self, lr: float) -> None:
         self._backend.sgd_step(self._packed, lr, self.momentum, self.weight_decay,
-                               self._views["velocity"])
+                               self._views["velocity"], self._steps_view)
 
 
 class Adam(Optimizer):
@@ -228,4 +251,5 @@ class Adam(Optimizer):
         t = self.steps + 1
         bias1, bias2 = 1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t
         self._backend.adam_step(self._packed, lr, self.beta1, self.beta2, self.eps,
-                                self.weight_decay, bias1, bias2, self._views["m"], self._views["v"])
+                                self.weight_decay, bias1, bias2, self._views["m"], self._views["v"],
+                                self._steps_view)

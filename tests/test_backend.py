@@ -184,14 +184,15 @@ def test_sgd_steps_agree_bit_for_bit(momentum, weight_decay):
     out = {}
     for b in (C, REFERENCE):
         values, packed = _packed(b, start)
-        velocity = np.zeros(len(values))
+        velocity, steps = np.zeros(len(values)), np.zeros(1)
         view = b.buffer(velocity)
         for g in grads:
             for v, x in zip(values, g):
                 v.grad = x
-            b.sgd_step(packed, 0.05, momentum, weight_decay, view)
-        out[b.name] = (bits(v.data for v in values), bits(velocity))
+            b.sgd_step(packed, 0.05, momentum, weight_decay, view, b.buffer(steps))
+        out[b.name] = (bits(v.data for v in values), bits(velocity), steps[0])
     assert out["c"] == out["reference"]
+    assert out["c"][2] == len(grads)
     assert out["c"][0] != bits(start)
 
 
@@ -201,15 +202,17 @@ def test_adam_steps_agree_bit_for_bit():
     out = {}
     for b in (C, REFERENCE):
         values, packed = _packed(b, start)
-        m, v2 = np.zeros(len(values)), np.zeros(len(values))
-        mv, vv = b.buffer(m), b.buffer(v2)
+        m, v2, steps = np.zeros(len(values)), np.zeros(len(values)), np.zeros(1)
+        mv, vv, sv = b.buffer(m), b.buffer(v2), b.buffer(steps)
         r = random.Random(7)
         for t in range(1, 4):
             for v in values:
                 v.grad = r.uniform(-1, 1)
-            b.adam_step(packed, 0.01, 0.9, 0.999, 1e-8, 1e-4, 1 - 0.9 ** t, 1 - 0.999 ** t, mv, vv)
-        out[b.name] = (bits(v.data for v in values), bits(m), bits(v2))
+            b.adam_step(packed, 0.01, 0.9, 0.999, 1e-8, 1e-4, 1 - 0.9 ** t, 1 - 0.999 ** t,
+                        mv, vv, sv)
+        out[b.name] = (bits(v.data for v in values), bits(m), bits(v2), steps[0])
     assert out["c"] == out["reference"]
+    assert out["c"][3] == 3
 
 
 def test_make_function_builds_the_same_node_on_both_engines():

@@ -137,12 +137,15 @@ def test_the_c_steps_check_their_lengths_themselves():
     params = [C(1.0), C(2.0), C(3.0)]
     packed = backend.pack(params)
     short = np.zeros(2)
+    steps = np.zeros(1)
     with pytest.raises(ValueError, match="shorter than its parameters"):
-        backend.sgd_step(packed, 0.1, 0.9, 0.0, backend.buffer(short))
+        backend.sgd_step(packed, 0.1, 0.9, 0.0, backend.buffer(short), backend.buffer(steps))
     with pytest.raises(ValueError, match="shorter than its parameters"):
         backend.adam_step(packed, 0.1, 0.9, 0.999, 1e-8, 0.0, 0.1, 0.001,
-                          backend.buffer(np.zeros(3)), backend.buffer(short))
+                          backend.buffer(np.zeros(3)), backend.buffer(short),
+                          backend.buffer(steps))
     assert [p.data for p in params] == [1.0, 2.0, 3.0]
+    assert steps[0] == 0.0          # a refused step does not count
 
 
 def _older_pickle_state(opt, fmt):
@@ -199,3 +202,58 @@ def test_model_and_optimizer_pickle_together_and_train_identically():
         m([0.5, 2.0]).backward()
         o.step()
     assert [p.data for p in model.parameters()] == [p.data for p in model2.parameters()]
+
+
+@pytest.mark.parametrize("V", [C, R], ids=["C", "ref"])
+@pytest.mark.parametrize("Opt, kw", [(SGD, dict(lr=0.1, momentum=0.9)), (Adam, dict(lr=0.01))],
+                         ids=["SGD", "Adam"])
+def test_a_ctrl_c_as_the_step_returns_leaves_the_count_with_the_update(V, Opt, kw):
+    """An interrupt that rises as the update returns (the C step is one call:
+    Python raises a pending Ctrl-C just after it) finds the step counted,
+    so Adam's bias corrections and lr schedules go on from the right step:
+    one more step then matches a twin that was never interrupted."""
+    import sys
+
+    def make():
+        ps = [V(0.5), V(-1.5), V(2.0)]
+        for i, p in enumerate(ps):
+            p.grad = 0.25 * (i + 1)
+        return ps, Opt(ps, **kw)
+
+    ps, opt = make()
+    twin_ps, twin = make()
+    names = {"sgd_step", "adam_step", "pg_sgd_step", "pg_adam_step"}
+
+    def interrupt_on_return(frame, event, arg):
+        if event == "c_return" and getattr(arg, "__name__", "") in names:
+            raise KeyboardInterrupt
+        if event == "return" and frame.f_code.co_name in names:
+            raise KeyboardInterrupt
+
+    sys.setprofile(interrupt_on_return)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            opt.step()
+    finally:
+        sys.setprofile(None)
+    twin.step()
+    assert [p.data for p in ps] == [p.data for p in twin_ps]      # the update ran
+    assert opt.steps == twin.steps == 1
+    opt.step()
+    twin.step()
+    assert [p.data for p in ps] == [p.data for p in twin_ps]
+    assert opt.steps == twin.steps == 2
+
+
+def test_steps_can_be_set_and_survive_a_pickle():
+    ps = [C(0.5), C(-1.5)]
+    opt = Adam(ps, lr=0.01)
+    opt.steps = 41
+    opt.step()
+    assert opt.steps == 42
+    again = pickle.loads(pickle.dumps(opt))
+    assert again.steps == 42
+    assert copy.deepcopy(opt).steps == 42
+    for bad in (-1, 1.5, True, "3"):
+        with pytest.raises(ValueError, match="steps must be an int"):
+            opt.steps = bad
