@@ -333,9 +333,27 @@ def makes_nodes(fn: Any) -> Any:
 
 
 def _op_under_way() -> bool:
-    """Is a function of ``op_codes`` running in any thread (this one too)?"""
+    """Is a function of ``op_codes`` running in any thread (this one too)?
+    sys._current_frames() makes frame objects under an interpreter lock
+    that is not re-entrant: a collection there would run finalizers, and a
+    finalizer that settles would come back here and wait on that lock for
+    ever.  So the collector is off for that call, and a call that comes
+    while one is in it (another thread's) answers yes, which only keeps
+    nodes longer."""
+    global _in_current_frames
+    if _in_current_frames:
+        return True
+    enabled = gc.isenabled()
+    try:
+        _in_current_frames = True
+        gc.disable()
+        tops = list(sys._current_frames().values())
+    finally:
+        if enabled:
+            gc.enable()
+        _in_current_frames = False
     codes = op_codes
-    for top in sys._current_frames().values():
+    for top in tops:
         frame: Optional[FrameType] = top
         while frame is not None:
             if frame.f_code in codes:
@@ -344,10 +362,7 @@ def _op_under_way() -> bool:
     return False
 
 
-def _claimed(v: Any, h: int) -> bool:
-    # By the registry, not v._s: a subclass's __getattr__ could answer that.
-    r = registry.refs.get(h)
-    return r is not None and r() is v
+_in_current_frames = False
 
 
 def _keep_late(sid: int) -> None:
@@ -369,7 +384,9 @@ def _keep_late(sid: int) -> None:
                 busy = _op_under_way()
             if busy and h not in late:
                 late[h] = hold(h)
-        elif _getrefcount(v) > _DEAD_BY_HANDLE and not _claimed(v, h):
+        elif _getrefcount(v) > _DEAD_BY_HANDLE:
+            # Stored since the scan (or a survivor, claimed once more: a
+            # Ctrl-C between registering and claiming must be redone).
             registry.add(v)
             v._s = hold(h)
     v = None
@@ -393,7 +410,7 @@ def _settle_late() -> None:
         v = values[h] if h < n else None
         if v is not None:
             claim = late.get(h)
-            if claim is not None and _getrefcount(v) > _DEAD_BY_HANDLE and not _claimed(v, h):
+            if claim is not None and _getrefcount(v) > _DEAD_BY_HANDLE:
                 registry.add(v)           # registered, then claimed, then out
                 v._s = claim
             values[h] = None

@@ -9,6 +9,8 @@ import os
 import random
 import signal
 import sys
+import subprocess
+import textwrap
 import threading
 
 import pytest
@@ -63,6 +65,22 @@ class AtTheNthCollection:
         gc.callbacks.remove(self)
 
 
+def with_code_inside(op, action, n: int = 1):
+    """op() with ``action`` run at the n-th collection inside it (one comes
+    at every allocation): op's result, and whether ``action`` ran."""
+    threshold = gc.get_threshold()
+    with AtTheNthCollection(action) as hook:
+        gc.set_threshold(1)
+        hook.left = n
+        try:
+            made = op()
+        finally:
+            gc.set_threshold(*threshold)
+        fired = hook.left == 0
+        hook.left = 0
+    return made, fired
+
+
 def outputs_of(made):
     return made if isinstance(made, list) else [made]
 
@@ -114,27 +132,18 @@ def test_a_settle_at_any_collection_inside_an_op_leaves_its_result_whole(kind):
     before = live()
     leaves, op = leaves_and_op(kind)
     expected = reading(outputs_of(op()), leaves)
-    threshold = gc.get_threshold()
     n = 1
-    with AtTheNthCollection(fill_and_settle) as hook:
-        while True:
-            leaves, op = leaves_and_op(kind)
-            gc.set_threshold(1)       # a collection at every allocation of the op
-            hook.left = n
-            try:
-                made = op()
-            finally:
-                gc.set_threshold(*threshold)
-            fired = hook.left == 0
-            hook.left = 0
-            outs = outputs_of(made)
-            for o in outs:
-                assert lib.pg_alive(o._h), f"{kind}: collection {n} freed the result's node"
-            assert reading(outs, leaves) == expected, f"{kind}: collection {n}"
-            del made, outs, o
-            if not fired:
-                break             # the op makes fewer collections than n: all were tried
-            n += 1
+    while True:
+        leaves, op = leaves_and_op(kind)
+        made, fired = with_code_inside(op, fill_and_settle, n)
+        outs = outputs_of(made)
+        for o in outs:
+            assert lib.pg_alive(o._h), f"{kind}: collection {n} freed the result's node"
+        assert reading(outs, leaves) == expected, f"{kind}: collection {n}"
+        del made, outs, o
+        if not fired:
+            break             # the op makes fewer collections than n: all were tried
+        n += 1
     assert n > 1
     del leaves, op
     assert live() == before
@@ -193,19 +202,12 @@ def test_a_settle_in_another_thread_while_code_runs_inside_an_op():
         del made
 
     a, b = Value(1.5), Value(2.0)
-    threshold = gc.get_threshold()
-    with AtTheNthCollection(elsewhere) as hook:
-        for n in range(1, 4):
-            gc.set_threshold(1)
-            hook.left = n
-            try:
-                c = a * b
-            finally:
-                gc.set_threshold(*threshold)
-            assert lib.pg_alive(c._h)
-            assert c.data == 3.0
-            c.backward()
-            assert (a.grad, b.grad) == (2.0 * n, 1.5 * n)
+    for n in range(1, 4):
+        c, _ = with_code_inside(lambda: a * b, elsewhere, n)
+        assert lib.pg_alive(c._h)
+        assert c.data == 3.0
+        c.backward()
+        assert (a.grad, b.grad) == (2.0 * n, 1.5 * n)
     live()
     assert not _lifetime.late
 
@@ -257,17 +259,103 @@ def test_a_node_kept_for_an_op_that_never_stores_goes_at_the_next_settle():
         lib.pg_binary_MUL(a._h, b._h)       # what a cut op leaves: a node, no Value
         fill_and_settle()
 
-    threshold = gc.get_threshold()
-    with AtTheNthCollection(cut_op_then_settle) as hook:
-        gc.set_threshold(1)
-        hook.left = 1
-        try:
-            c = a * b
-        finally:
-            gc.set_threshold(*threshold)
-    assert hook.left == 0
+    c, fired = with_code_inside(lambda: a * b, cut_op_then_settle)
+    assert fired
     assert _lifetime.late, "the settle inside the op kept the nodes without Values"
     assert c.data == 3.0
     del c
     assert live() == before
     assert not _lifetime.late
+
+
+def test_a_finalizer_that_settles_while_a_settle_looks_at_the_stacks_does_not_hang():
+    """Looking at every thread's stack (sys._current_frames) makes frame
+    objects under an interpreter lock that is not re-entrant; a collection
+    there whose finalizer settles would come back for that lock and hang.
+    Code inside an op (a profile hook standing in for a signal handler, at
+    the same instruction every time) closes the op's segment and settles;
+    an object in a cycle whose __del__ settles is freed by the n-th
+    collection inside that settle.  Run apart: a hang fails, not stalls."""
+    script = textwrap.dedent("""
+        import gc, sys
+        from pygrad import Value, engine
+        from pygrad._core import lib
+
+        class Checkpoint:
+            def __init__(self):
+                self.me = self
+
+            def __del__(self):
+                engine.settle()
+
+        left = [0]
+        def at_nth_collection(phase, info):
+            if phase == "start" and left[0] > 0:
+                left[0] -= 1
+                if left[0] == 0:
+                    Checkpoint()          # garbage this very collection frees
+
+        def inside_the_op(n):
+            keep = [Value(0.25) for _ in range(lib.PG_SEG_NODES + 8)][::2]
+            left[0] = n
+            threshold = gc.get_threshold()
+            gc.set_threshold(1)
+            try:
+                engine.settle()
+            finally:
+                gc.set_threshold(*threshold)
+            return keep
+
+        gc.callbacks.append(at_nth_collection)
+        for n in range(1, 8):
+            a, b = Value(1.5), Value(2.0)
+            armed = [True]
+            def profile(frame, event, arg):
+                if event == "c_return" and armed[0] and getattr(arg, "__name__", "") == "pg_binary_MUL":
+                    armed[0] = False
+                    profile.kept = inside_the_op(n)
+            sys.setprofile(profile)
+            c = a * b
+            sys.setprofile(None)
+            assert lib.pg_alive(c._h) and c.data == 3.0, n
+            c.backward()
+            assert (a.grad, b.grad) == (2.0, 1.5), n
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_a_ctrl_c_while_a_late_node_takes_its_value_is_redone():
+    """A Ctrl-C between registering a late node's Value and handing it the
+    claim (here: made pending as the registration returns) rises from the
+    settle; the next settle does it again, and the Value keeps its node."""
+    import _thread
+    a, b = Value(1.5), Value(2.0)
+    c, fired = with_code_inside(lambda: a * b, fill_and_settle)
+    assert fired and c._h in _lifetime.late and _lifetime.values[c._h] is c
+
+    add = _lifetime.Registry.add.__code__
+    armed = [True]
+
+    def tracer(frame, event, arg):
+        if (event == "return" and armed[0] and frame.f_code is add
+                and frame.f_back.f_code is _lifetime._settle_late.__code__):
+            armed[0] = False
+            _thread.interrupt_main()       # rises at the next check, before the claim
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        engine.settle()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.settrace(None)
+    assert not armed[0]
+    engine.settle()
+    assert not _lifetime.late
+    assert lib.pg_alive(c._h) and c.data == 3.0
+    c.backward()
+    assert (a.grad, b.grad) == (2.0, 1.5)
