@@ -1,5 +1,22 @@
 """Shared test helpers."""
 import math
+import os
+import subprocess
+import sys
+import textwrap
+
+
+def run_python(script: str, timeout: float = 120, prelude: str = "") -> str:
+    """Run ``prelude + script`` in a new Python; its stdout (the test fails
+    if it exits non-zero or outlasts ``timeout``)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    # cwd: the tests' folder, where no pygrad source tree can shadow the one
+    # under test (the repository root's, or an sdist's, has no compiled core).
+    out = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(script)],
+                         capture_output=True, text=True, timeout=timeout, env=env,
+                         cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
 
 
 def micrograd_style_tanh(V):

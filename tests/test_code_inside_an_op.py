@@ -9,8 +9,6 @@ import os
 import random
 import signal
 import sys
-import subprocess
-import textwrap
 import threading
 
 import pytest
@@ -23,7 +21,7 @@ from pygrad.functional import dot, logsumexp
 from pygrad.functional import sum as vsum
 from pygrad._core import lib
 
-from helpers import micrograd_style_tanh, square_function
+from helpers import micrograd_style_tanh, run_python, square_function
 import internals
 
 SEG_NODES = lib.PG_SEG_NODES
@@ -276,7 +274,7 @@ def test_a_finalizer_that_settles_while_a_settle_looks_at_the_stacks_does_not_ha
     the same instruction every time) closes the op's segment and settles;
     an object in a cycle whose __del__ settles is freed by the n-th
     collection inside that settle.  Run apart: a hang fails, not stalls."""
-    script = textwrap.dedent("""
+    script = """
         import gc, sys
         from pygrad import Value, engine
         from pygrad._core import lib
@@ -321,10 +319,8 @@ def test_a_finalizer_that_settles_while_a_settle_looks_at_the_stacks_does_not_ha
             c.backward()
             assert (a.grad, b.grad) == (2.0, 1.5), n
         print("ok")
-    """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    """
+    assert run_python(script).strip() == "ok"
 
 
 def test_a_ctrl_c_while_a_late_node_takes_its_value_is_redone():

@@ -6,16 +6,14 @@ Memory is asserted on live C nodes, which are exact, not on RSS."""
 import functools
 import gc
 import os
-import subprocess
 import sys
-import textwrap
 
 import pytest
 
 from pygrad import Value, engine
 from pygrad._core import lib
 
-from helpers import micrograd_style_tanh
+from helpers import micrograd_style_tanh, run_python
 import internals
 
 
@@ -262,21 +260,10 @@ def fork_children(n, child, seconds=20, pause=0.005):
 """
 
 
-def _run(script: str, timeout: float = 120, prelude: str = "") -> str:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    # cwd: the tests' folder, where no pygrad source tree can shadow the one
-    # under test (the repository root's has no compiled core).
-    out = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(script)], capture_output=True,
-                         text=True, timeout=timeout, env=env,
-                         cwd=os.path.dirname(os.path.abspath(__file__)))
-    assert out.returncode == 0, out.stdout + out.stderr
-    return out.stdout
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc")
 def test_after_a_real_memory_error_dropping_the_graph_frees_it():
-    out = _run("""
+    out = run_python("""
         import gc, resource
         from pygrad import Value, engine
         from pygrad._core import lib
@@ -309,7 +296,7 @@ def test_after_a_real_memory_error_dropping_the_graph_frees_it():
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork()")
 def test_fork_while_another_thread_is_inside_backward():
-    out = _run("""
+    out = run_python("""
         import os, threading, time
         from pygrad import Value
         stop = False
@@ -343,11 +330,11 @@ def test_fork_while_threads_register_custom_op_values():
     """Custom ops register under the lifetime lock, which a forked child
     remakes: a child forked while another thread held it makes custom ops
     and runs backward() through them (it would hang on the old lock)."""
-    out = _run("""
+    out = run_python("""
         import math, os, sys, threading, time, warnings
         warnings.simplefilter("ignore", DeprecationWarning)   # 3.12: fork with threads
         from pygrad import Value
-        from helpers import micrograd_style_tanh
+        from helpers import micrograd_style_tanh, run_python
         sys.setswitchinterval(1e-5)
         tanh = micrograd_style_tanh(Value)
         stop = False
@@ -382,7 +369,7 @@ def test_fork_while_threads_are_inside_map_replay_optimizers_and_nn():
     steps and nn training use the same (inherited) program, model and
     optimizer: none hangs on a lock a vanished thread held, and every result
     is exact."""
-    out = _run("""
+    out = run_python("""
         import os, threading, time
         import warnings
         import numpy as np
@@ -446,7 +433,7 @@ def test_a_storm_of_interrupts_never_changes_results_or_leaks():
     """KeyboardInterrupt at any point of building (C ops, custom ops, fused
     layers), backward and replay: every completed step still gives the
     reference engine's gradients, and nothing is left behind."""
-    out = _run("""
+    out = run_python("""
         import _thread, gc, random, signal, threading, time
         import pygrad
         from pygrad import Value, engine, nn, reference
@@ -546,9 +533,9 @@ def test_importing_under_a_tracer_that_reads_f_locals_keeps_the_dead_counts():
     """The reference counts of a dead Value are measured at import; a trace
     function reading f_locals (a debugger, a variable snooper) must not
     skew them, or settles after would free the nodes of live Values."""
-    out = _run("""
+    out = run_python("""
         import gc, sys
-        from helpers import micrograd_style_tanh
+        from helpers import micrograd_style_tanh, run_python
         def tracer(frame, event, arg):
             frame.f_locals
             return tracer
