@@ -79,6 +79,25 @@ def with_code_inside(op, action, n: int = 1):
     return made, fired
 
 
+def with_code_at_return(op, c_function: str, action):
+    """op() with ``action`` run as op's call of C function ``c_function``
+    returns, before op goes on (a profile hook, standing in for a signal
+    handler that lands there: the same instruction on every Python)."""
+    armed = [True]
+
+    def profile(frame, event, arg):
+        if event == "c_return" and armed[0] and getattr(arg, "__name__", "") == c_function:
+            armed[0] = False
+            action()
+
+    sys.setprofile(profile)
+    try:
+        made = op()
+    finally:
+        sys.setprofile(None)
+    return made, not armed[0]
+
+
 def outputs_of(made):
     return made if isinstance(made, list) else [made]
 
@@ -257,7 +276,7 @@ def test_a_node_kept_for_an_op_that_never_stores_goes_at_the_next_settle():
         lib.pg_binary_MUL(a._h, b._h)       # what a cut op leaves: a node, no Value
         fill_and_settle()
 
-    c, fired = with_code_inside(lambda: a * b, cut_op_then_settle)
+    c, fired = with_code_at_return(lambda: a * b, "pg_binary_MUL", cut_op_then_settle)
     assert fired
     assert _lifetime.late, "the settle inside the op kept the nodes without Values"
     assert c.data == 3.0
@@ -329,7 +348,7 @@ def test_a_ctrl_c_while_a_late_node_takes_its_value_is_redone():
     settle; the next settle does it again, and the Value keeps its node."""
     import _thread
     a, b = Value(1.5), Value(2.0)
-    c, fired = with_code_inside(lambda: a * b, fill_and_settle)
+    c, fired = with_code_at_return(lambda: a * b, "pg_binary_MUL", fill_and_settle)
     assert fired and c._h in _lifetime.late and _lifetime.values[c._h] is c
 
     add = _lifetime.Registry.add.__code__
