@@ -58,7 +58,7 @@ from types import FrameType
 from functools import partial
 from itertools import compress, repeat
 from operator import eq as _eq, is_not, lt as _lt
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional, TypeVar
 
 from ._core import ffi, lib
 
@@ -325,7 +325,10 @@ op_codes: "set[Any]" = set()
 late: "dict[int, Any]" = {}
 
 
-def makes_nodes(fn: Any) -> Any:
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+
+
+def makes_nodes(fn: _Fn) -> _Fn:
     """Mark fn as one that makes nodes in C and then stores their Values
     (its frame on a stack means one may be under way)."""
     op_codes.add(fn.__code__)
