@@ -409,6 +409,18 @@ def test_an_interrupted_backward_leaves_every_grad_as_it_was():
 
 
 
+def fastest_pass(y, twin):
+    """The fastest of three backward passes from y (the first is slower:
+    pages, buffers), each matched on its twin graph."""
+    took = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        y.backward()
+        took = min(took, time.perf_counter() - t)
+        twin.backward()
+    return took
+
+
 def test_a_ctrl_c_during_the_c_sweep_leaves_every_grad_as_it_was():
     """The recorded sweep (a custom op lies below the root) runs in C, where
     no Ctrl-C can stop it: one that comes meanwhile rises as the call
@@ -426,12 +438,7 @@ def test_a_ctrl_c_during_the_c_sweep_leaves_every_grad_as_it_was():
         return w, _tanh(y)          # a custom op on top: the recorded sweep
 
     (w, y), (w2, y2) = graph(), graph()
-    took = float("inf")
-    for _ in range(3):              # the first pass is slower (pages, buffers): the fastest
-        t = time.perf_counter()
-        y.backward()
-        took = min(took, time.perf_counter() - t)
-        y2.backward()
+    took = fastest_pass(y, y2)
     interrupted, frac = 0, 0.6
     for attempt in range(16):
         before = (w.grad, y.grad)
@@ -477,12 +484,7 @@ def test_a_ctrl_c_during_a_plain_c_sweep_leaves_it_whole():
         return w, y
 
     (w, y), (w2, y2) = graph(), graph()
-    took = float("inf")
-    for _ in range(3):              # the first pass is slower (pages, buffers): the fastest
-        t = time.perf_counter()
-        y.backward()
-        took = min(took, time.perf_counter() - t)
-        y2.backward()
+    took = fastest_pass(y, y2)
     interrupted, frac = 0, 0.5
     for attempt in range(16):
         before = w.grad
