@@ -408,7 +408,6 @@ def test_an_interrupted_backward_leaves_every_grad_as_it_was():
     assert w.grad == 0.0 and target.grad == 0.0
 
 
-
 def fastest_pass(y, twin):
     """The fastest of three backward passes from y (the first is slower:
     pages, buffers), each matched on its twin graph."""
