@@ -57,12 +57,12 @@ class Optimizer:
         self._packed = self._backend.pack(self._params)
         self._views: Dict[str, Any] = {}
         self._state: Dict[str, np.ndarray] = {}
-        self._count_steps(0)
+        self._count_steps()
 
-    def _count_steps(self, steps: int) -> None:
-        # The count lives where the C step adds to it, in the same call as
-        # the update: a Ctrl-C as the step returns can't leave it behind.
-        self._steps = np.array([float(steps)])
+    def _count_steps(self) -> None:
+        # The count (from 0) lives where the C step adds to it, in the same
+        # call as the update: a Ctrl-C as the step returns can't leave it behind.
+        self._steps = np.zeros(1)
         self._steps_view = self._backend.buffer(self._steps)
 
     @property
@@ -158,7 +158,7 @@ class Optimizer:
         self._views, self._state = {}, {}
         for name, arr in arrays.items():
             self._set_state(name, arr)
-        self._count_steps(0)
+        self._count_steps()
         self.steps = steps
 
 
