@@ -64,7 +64,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import pygrad
 from pygrad import engine as pg_engine
 from pygrad import reference as pg_reference
-from pygrad._core import lib
+from pygrad._core import ffi, lib
 
 perf_ns = time.perf_counter_ns
 
@@ -286,20 +286,24 @@ class FloorValue:
         return out
 
 
+_NULL = ffi.NULL
+
+
 class CffiFloorValue(FloorValue):
     """The interpreter floor plus one refused call into the C core per op:
-    the entry point and argument count of pygrad's own op, on handle 0 (no
-    node), so the core returns at once and no node is made."""
+    the entry point and argument count of pygrad's own op, with no claim
+    (NULL) and handle 0 (no node), so the core returns at once and no node
+    is made."""
 
     __slots__ = ()
 
     def __add__(self, o: Any, _vv: Any = lib.pg_binary_ADD,
                 _vk: Any = lib.pg_binary_k_ADD) -> "CffiFloorValue":
         if type(o) is CffiFloorValue:
-            _vv(0, 0)
+            _vv(_NULL, 0, 0)
             d = o.data
         else:
-            _vk(0, o)
+            _vk(_NULL, 0, o)
             d = o
         out = _new(CffiFloorValue)
         out.data = self.data + d
@@ -310,10 +314,10 @@ class CffiFloorValue(FloorValue):
     def __mul__(self, o: Any, _vv: Any = lib.pg_binary_MUL,
                 _vk: Any = lib.pg_binary_k_MUL) -> "CffiFloorValue":
         if type(o) is CffiFloorValue:
-            _vv(0, 0)
+            _vv(_NULL, 0, 0)
             d = o.data
         else:
-            _vk(0, o)
+            _vk(_NULL, 0, o)
             d = o
         out = _new(CffiFloorValue)
         out.data = self.data * d
@@ -322,13 +326,13 @@ class CffiFloorValue(FloorValue):
     __rmul__ = __mul__
 
     def __pow__(self, k: Any, _powk: Any = lib.pg_powk_float) -> "CffiFloorValue":
-        _powk(0, k)
+        _powk(_NULL, 0, k)
         out = _new(CffiFloorValue)
         out.data = self.data ** k
         return out
 
     def relu(self, _relu: Any = lib.pg_unary_RELU) -> "CffiFloorValue":
-        _relu(0)
+        _relu(_NULL, 0)
         out = _new(CffiFloorValue)
         d = self.data
         out.data = 0.0 if d < 0.0 else d

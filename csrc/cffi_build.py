@@ -50,13 +50,13 @@ def entry_points() -> "list[str]":
     lines = []
     for code, _, arity in op_codes():
         if arity == 2:
-            lines += [f"int32_t pg_binary_{code}(uint32_t a, uint32_t b);",
-                      f"int32_t pg_binary_k_{code}(uint32_t a, double k);",
-                      f"int32_t pg_binary_rk_{code}(double k, uint32_t a);"]
+            lines += [f"int32_t pg_binary_{code}(pg_claim *c, uint32_t a, uint32_t b);",
+                      f"int32_t pg_binary_k_{code}(pg_claim *c, uint32_t a, double k);",
+                      f"int32_t pg_binary_rk_{code}(pg_claim *c, double k, uint32_t a);"]
         elif arity == 1 and code != "POWK":
-            lines.append(f"int32_t pg_unary_{code}(uint32_t a);")
-    lines += ["int32_t pg_powk_float(uint32_t a, double k);",
-              "int32_t pg_powk_int(uint32_t a, double k);",
+            lines.append(f"int32_t pg_unary_{code}(pg_claim *c, uint32_t a);")
+    lines += ["int32_t pg_powk_float(pg_claim *c, uint32_t a, double k);",
+              "int32_t pg_powk_int(pg_claim *c, uint32_t a, double k);",
               "const char *pg_build_stamp(void);"]
     return lines
 

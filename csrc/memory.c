@@ -1,56 +1,46 @@
 /*
- * Node lifetime.  The whole design, once; Python's side is summarised in
- * pygrad/_lifetime.py, beside the code that does it.
+ * Node lifetime.  The whole design, once.  Python decides when a node dies:
+ * pygrad learns it only from the deallocation of an object that owns the
+ * node (a claim), never from a reference count.
  *
- * Eight concepts:
- *   1. node     a slot of a segment.  It lives while it is fresh or held.
- *   2. refs     what holds a node in C: its parents, and claims.
- *   3. claim    Python's hold on one node (a pg_claim, released in C by
- *               ffi.gc when the Value that owns it dies).
- *   4. fresh    a node just handed to Python as a new Value.  The Value sits
- *               in Python's table at index h, so nothing needs to be
- *               counted per op; the node is held until Python settles it.
- *               Only unsettled segments (pg_unsettled_segments) have
- *               Values in the table.
- *   5. segment  PG_SEG_NODES slots mapped from the OS, never moved, so a
+ * Seven concepts:
+ *   1. node     a slot of a segment.  It lives while its refs are above 0.
+ *   2. refs     what holds a node: its parents (a parent holds each child
+ *               once) and the claims on it.
+ *   3. claim    Python's hold on a run of nodes (pg_claim: h, n).  Python
+ *               makes it empty (pg_claim_new) and owns it by ffi.gc, whose
+ *               destructor pg_claim_drop runs when CPython deallocates the
+ *               owning cdata: after every finalizer, and never for an
+ *               object a finalizer resurrected.  A creator fills the claim
+ *               as it makes its nodes, so no node is ever unheld; an
+ *               interrupt between two steps leaves at most an empty claim.
+ *               A Value keeps its claim in its slot ``_s``, and its
+ *               operands' Values in ``_a``/``_b``, as micrograd's _prev.
+ *   4. segment  PG_SEG_NODES slots mapped from the OS, never moved, so a
  *               handle (sid << PG_SEG_BITS | offset) stays valid while its
  *               node lives.  Each thread bump-allocates in a segment of its
- *               own (its current one), so creation order is a topological
- *               order (backward.c relies on it) and no other thread can add
- *               to a segment while Python settles it.
- *   6. closed   a segment that takes no more nodes: it was full, needed a
- *               newer segment for a child, or its thread ended.  It waits,
- *               queued, for Python to settle it.
- *   7. settle   Python's verdict on fresh nodes, from its Values' reference
- *               counts (no heap scan): a dead Value clears its node's fresh
- *               mark (pg_unfresh); a live one in a closed segment takes a
- *               claim first; pg_settle then clears what is left of the
- *               segment's fresh marks (nodes whose Value never came, as after
- *               a KeyboardInterrupt) and unqueues it.  (While an op may be
- *               under way, Python first gives such a node a claim: code
- *               run inside the op may have closed its segment.)
- *   8. free     a node that is neither fresh nor held is freed, and its
- *               children lose a parent (a cascade over an intrusive work
- *               list, never the C stack).  A settled segment with no live
- *               node is recycled: its mapping pooled, its sid reused.
+ *               own (its current one, open); a node is made after its
+ *               children, so (birth, offset) is a topological order
+ *               (backward.c walks it).  A closed segment with no live node
+ *               is recycled (its mapping pooled or unmapped, its sid
+ *               reused); its dead pages go back to the OS before that.
+ *   5. leaves   user leaves (pg_leaf, pg_leaves) live in leaf segments,
+ *               whose dead slots are reused through a free list: a leaf has
+ *               no children, so an old slot is below every parent it will
+ *               get (pg_room opens a newer segment for them).  A kept leaf
+ *               then costs its own slot, not a segment.
+ *   6. free     a node whose refs reach 0 is freed, and its children lose
+ *               a parent: a cascade over an intrusive work list, never the
+ *               C stack.
+ *   7. lock     one mutex over all of it (cffi lets the GIL go, so the GIL
+ *               guards nothing here); fork takes it so the child starts
+ *               with it free.
  *
- *      made for a Value ──► fresh ──(Value dead: pg_unfresh, pg_settle)──┐
- *                             │                                          ▼
- *                             └──(Value alive at pg_settle: claim)──► held ──(refs 0)──► freed
- *      made without a Value (a constant's leaf, an MLP's hidden layers) ──► held
- *      made for a custom op's Value (pg_custom: its claim comes in the call) ──► held
- *
- *      segment: current (one thread's) ──► closed (queued) ──► settled ──(live 0)──► recycled
- *
- * "Python-held" (PG_F_PY_HELD) is a separate matter: a node made in Python
- * (a custom op) or above one, whose Value must hold its operands' Values so
- * that the closures' cycles stay visible to Python's garbage collector.
- * Creators report it with one convention: they return PG_HELD - h.  A
- * closure's cycle never looks dead to a settle, so a custom op's node skips
- * the fresh state (its Value's claim is filled as the node is made), and
- * Python-held fresh Values above one take their claims at the next garbage
- * collection (pygrad/_lifetime.py, _promote_held), so that it sees their
- * cycles while they are young.
+ *      claim made empty ──(creator)──► claim holds nodes ──(owner deallocated:
+ *                                                   pg_claim_drop)──► refs-1
+ *      node: made (refs: its claim) ──► held (claims, parents) ──(refs 0)──► freed
+ *             ▲ a leaf reuses a free slot of a leaf segment ◄───────────────┘
+ *      segment: open (one thread's) ──► closed ──(live 0)──► recycled
  */
 #ifndef _DEFAULT_SOURCE
 #define _DEFAULT_SOURCE
@@ -107,7 +97,8 @@ static uint32_t unmap_failures;
 static uint32_t advice_refused;     /* madvise calls the OS declined */
 static uint64_t births;
 static pg_seg *newest;             /* tail of the live list (older links) */
-static pg_seg *closed;             /* closed segments not yet settled */
+static pg_seg *leafy;              /* leaf segments with a free slot */
+static pg_seg *leaf_seg;           /* the open leaf segment (bump allocation) */
 static uint32_t n_late_py;         /* see pg_set_py_backward */
 #ifdef PG_TEST_HOOKS
 static uint32_t seg_cap = PG_MAX_SEGS;   /* lowered by pg_limit_segments */
@@ -148,7 +139,7 @@ static void fork_prepare(void) { pg_mutex_lock(&lock); pg_test_hooks_lock(); }
 static void fork_parent(void) { pg_test_hooks_unlock(); pg_mutex_unlock(&lock); }
 
 /* A thread that ends closes its current segment, so that it can be
- * settled and recycled.  The key's value is the sid + 1 of the calling
+ * recycled once its nodes die.  The key's value is the sid + 1 of the calling
  * thread's current segment (NULL: none), kept in step with `current`. */
 static pthread_key_t thread_key;
 static int have_thread_key;
@@ -187,10 +178,12 @@ static pg_seg *seg_new(void) {
     seg->used = 0;
     seg->live = 0;
     seg->open = 1;
+    seg->leaves = 0;
+    seg->free_head = 0;
     seg->sid = sid;
     seg->edges = NULL;
     seg->next_free = NULL;
-    seg->next_closed = NULL;
+    seg->next_leafy = NULL;
     seg->birth = ++births;
     seg->reach_epoch = 0;
     seg->older = newest;
@@ -203,6 +196,11 @@ static pg_seg *seg_new(void) {
 }
 
 static void recycle(pg_seg *seg) {
+    if (seg->free_head != 0) {          /* listed in leafy: unlink it */
+        pg_seg **p = &leafy;
+        while (*p != seg) p = &(*p)->next_leafy;
+        *p = seg->next_leafy;
+    }
     pg_edge_chunk *c = seg->edges;
     while (c != NULL) {
         pg_edge_chunk *next = c->next;
@@ -231,22 +229,22 @@ int pg_unmap(void *p, size_t size) {
     return 0;
 }
 
-/* A segment may go once no node in it lives and Python is done with it. */
+/* A segment may go once no node in it lives and no thread allocates in it. */
 static int recyclable(const pg_seg *seg) {
-    return seg->live == 0 && !seg->open && !seg->queued;
+    return seg->live == 0 && !seg->open;
 }
 
 static int unheld(const pg_node *n) {
-    return n->refs == 0 && !(n->flags & (PG_F_FRESH | PG_F_DEAD));
+    return n->refs == 0 && !(n->flags & PG_F_DEAD);
 }
 
 static void discard_dead_pages(pg_seg *seg);
 
-/* Free node h (nothing holds it) and whatever that leaves unheld.
- * A settled segment's nodes that outlived its settling (held by a graph
- * above) die here: past three quarters dead, its dead pages go back to the
- * OS too (once per segment, as live only falls; the first PG_DISCARD_MAX
- * segments of a cascade: the pages are only advice). */
+/* Free node h (nothing holds it) and whatever that leaves unheld.  A
+ * leaf segment's slot goes on its free list; a closed segment past three
+ * quarters dead gives its dead pages back to the OS (once per segment, as
+ * live only falls; the first PG_DISCARD_MAX segments of a cascade: the
+ * pages are only advice). */
 #define PG_DISCARD_MAX 64u
 /* A cascade that frees many nodes, in a call that holds the GIL (a Value's
  * claim released as it dies), lets the GIL go once it is long, so other
@@ -282,14 +280,23 @@ static void free_cascade(uint32_t h) {
                 next = kids[i];
             }
         }
-        n->extra = 0;
         if (n->flags & PG_F_LATE_PY) n_late_py--;
         live_nodes--;
         if (++freed == PG_CASCADE_GIL_NODES && cascade_gil == NULL) cascade_gil = pg_gil_let_go();
         pg_seg *seg = pg_segtab[h >> PG_SEG_BITS];
+        if (seg->leaves) {
+            /* its slot goes on the segment's free list (the work list has
+             * moved on: `next` was read above) */
+            n->mark = seg->free_head;
+            if (seg->free_head == 0) {
+                seg->next_leafy = leafy;
+                leafy = seg;
+            }
+            seg->free_head = (h & (PG_SEG_NODES - 1)) + 1;
+        }
         if (--seg->live == 0) {
             if (recyclable(seg)) recycle(seg);
-        } else if (!seg->open && !seg->queued && seg->live == seg->used / 4
+        } else if (!seg->open && !seg->leaves && seg->live == seg->used / 4
                    && ndiscard < PG_DISCARD_MAX) {
             discard[ndiscard++] = seg->sid;
         }
@@ -333,9 +340,7 @@ static void discard_dead_pages(pg_seg *seg) {
 
 static void close_segment(pg_seg *seg) {
     seg->open = 0;
-    seg->queued = 1;
-    seg->next_closed = closed;
-    closed = seg;
+    if (seg->live == 0) recycle(seg);
 }
 
 pg_seg *pg_room(uint32_t nodes, uint64_t birth, int32_t *err) {
@@ -380,53 +385,140 @@ uint32_t *pg_alloc_edges(uint32_t sid, uint32_t count) {
     return e;
 }
 
-/* -- Python's side of settling ------------------------------------------------ */
+/* -- leaves ---------------------------------------------------------------- */
 
-void pg_release(pg_claim *c) {
-    pg_lock();
-    if (c->h != 0 && pg_handle_valid(c->h)) {
-        pg_node *n = pg_N(c->h);
-        n->refs--;
-        if (unheld(n)) free_cascade(c->h);
+int32_t pg_take_leaf(void) {
+    pg_seg *seg = leafy;
+    if (seg != NULL) {
+        uint32_t off = seg->free_head - 1;
+        seg->free_head = seg->nodes[off].mark;
+        if (seg->free_head == 0) {
+            leafy = seg->next_leafy;
+            seg->next_leafy = NULL;
+        }
+        seg->live++;
+        live_nodes++;
+        return (int32_t)((seg->sid << PG_SEG_BITS) | off);
     }
+    if (leaf_seg == NULL || leaf_seg->used == PG_SEG_NODES) {
+        pg_seg *fresh = seg_new();
+        if (fresh == NULL) return space_left() ? PG_E_NOMEM : PG_E_SPACE;
+        fresh->leaves = 1;
+        if (leaf_seg != NULL) close_segment(leaf_seg);
+        leaf_seg = fresh;
+    }
+    return pg_take_nodes(leaf_seg, 1);
+}
+
+/* Leaves in a run (pg_leaves): consecutive slots of the leaf segment. */
+pg_seg *pg_leaf_room(uint32_t nodes, int32_t *err) {
+    if (leaf_seg == NULL || PG_SEG_NODES - leaf_seg->used < nodes) {
+        pg_seg *fresh = seg_new();
+        if (fresh == NULL) {
+            *err = space_left() ? PG_E_NOMEM : PG_E_SPACE;
+            return NULL;
+        }
+        fresh->leaves = 1;
+        if (leaf_seg != NULL) close_segment(leaf_seg);
+        leaf_seg = fresh;
+    }
+    return leaf_seg;
+}
+
+/* -- claims ------------------------------------------------------------------ */
+
+/* Claims are carved from slabs of PG_CLAIM_SLAB (no malloc per Value); a
+ * free claim keeps its slab's next free index + 1 in h.  A slab with no
+ * claim in use goes back to the heap, but for one kept for the next. */
+#define PG_CLAIM_SLAB 1024u
+typedef struct pg_claim_slab {
+    struct pg_claim_slab *prev, *next;   /* slabs with room */
+    uint32_t free, used, live, listed;
+    pg_claim c[PG_CLAIM_SLAB];
+} pg_claim_slab;
+static pg_claim_slab *roomy;
+static uint32_t empty_slabs;
+
+static void slab_link(pg_claim_slab *s) {
+    s->prev = NULL;
+    s->next = roomy;
+    if (roomy != NULL) roomy->prev = s;
+    roomy = s;
+    s->listed = 1;
+}
+static void slab_unlink(pg_claim_slab *s) {
+    if (s->prev != NULL) s->prev->next = s->next;
+    else roomy = s->next;
+    if (s->next != NULL) s->next->prev = s->prev;
+    s->listed = 0;
+}
+
+pg_claim *pg_claim_new(void) {
+    pg_lock();
+    pg_claim_slab *s = roomy;
+    if (s == NULL) {
+        s = pg_malloc(sizeof(pg_claim_slab));
+        if (s == NULL) {
+            pg_unlock();
+            return NULL;
+        }
+        s->free = s->used = s->live = 0;
+        slab_link(s);
+        empty_slabs++;
+    }
+    pg_claim *c;
+    if (s->free != 0) {
+        c = &s->c[s->free - 1];
+        s->free = c->h;
+    } else {
+        c = &s->c[s->used++];
+    }
+    if (s->live++ == 0) empty_slabs--;
+    if (s->free == 0 && s->used == PG_CLAIM_SLAB) slab_unlink(s);
     c->h = 0;
+    c->n = 0;
+    c->slab = s;
+    pg_unlock();
+    return c;
+}
+
+void pg_claim_fill(pg_claim *c, uint32_t h, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) pg_N(h + i)->refs++;
+    c->h = h;
+    c->n = n;
+}
+
+void pg_claim_drop(pg_claim *c) {
+    if (c == NULL) return;
+    pg_lock();
+    for (uint32_t i = 0; i < c->n; i++) {
+        pg_node *n = pg_N(c->h + i);
+        n->refs--;
+        if (unheld(n)) free_cascade(c->h + i);
+    }
+    pg_claim_slab *s = c->slab;
+    c->n = 0;
+    c->h = s->free;
+    s->free = (uint32_t)(c - s->c) + 1;
+    if (!s->listed) slab_link(s);
+    if (--s->live == 0 && ++empty_slabs > 1) {
+        slab_unlink(s);
+        empty_slabs--;
+        free(s);
+    }
     unlock_after_cascade();
 }
 
-/* Claims come from here and go back here, through one cffi allocator
- * (ffi.new_allocator): one Python object a claim, released when it dies. */
-void *pg_claim_alloc(size_t size) { return calloc(1, size); }
-
-void pg_claim_free(void *c) {
-    pg_release((pg_claim *)c);
-    free(c);
-}
-
 int32_t pg_hold(pg_claim *c, uint32_t h) {
-    if (c->h != 0) return PG_E_ARG;
+    if (c == NULL) return PG_E_NOMEM;
     pg_lock();
     int32_t rc = PG_E_ARG;
-    if (pg_handle_valid(h)) {
-        pg_N(h)->refs++;
-        c->h = h;
+    if (c->n == 0 && pg_handle_valid(h)) {
+        pg_claim_fill(c, h, 1);
         rc = 0;
     }
     pg_unlock();
     return rc;
-}
-
-static void unfresh(uint32_t h) {
-    if (!pg_handle_valid(h)) return;
-    pg_node *n = pg_N(h);
-    if (!(n->flags & PG_F_FRESH)) return;
-    n->flags &= (uint8_t)~PG_F_FRESH;
-    if (unheld(n)) free_cascade(h);
-}
-
-void pg_unfresh(const uint32_t *h, uint32_t n) {
-    pg_lock();
-    for (uint32_t i = 0; i < n; i++) unfresh(h[i]);
-    unlock_after_cascade();
 }
 
 uint32_t pg_room_left(void) {
@@ -443,80 +535,11 @@ void pg_close_current(void) {
     current = 0;
 #ifndef _WIN32
     /* The key names the thread's current segment, or none: once this one
-     * is settled its sid goes to another thread, whose segment this
+     * is recycled its sid goes to another thread, whose segment this
      * thread's end must not close. */
     if (have_thread_key) pthread_setspecific(thread_key, NULL);
 #endif
     pg_unlock();
-}
-
-uint32_t pg_closed_segments(uint32_t *sids, uint32_t cap) {
-    pg_lock();
-    uint32_t n = 0;
-    for (pg_seg *s = closed; s != NULL && n < cap; s = s->next_closed) sids[n++] = s->sid;
-    pg_unlock();
-    return n;
-}
-
-uint32_t pg_unsettled_segments(uint32_t *sids, uint32_t cap) {
-    pg_lock();
-    uint32_t n = 0;
-    for (pg_seg *s = newest; s != NULL && n < cap; s = s->older)
-        if (s->open || s->queued) sids[n++] = s->sid;
-    pg_unlock();
-    return n;
-}
-
-uint32_t pg_fresh_nodes(uint32_t sid, uint32_t *held) {
-    pg_lock();
-    uint32_t n = 0, py = 0;
-    if (pg_seg_valid(sid)) {
-        const pg_seg *seg = pg_segtab[sid];
-        for (uint32_t i = 0; i < seg->used; i++) {
-            uint8_t f = seg->nodes[i].flags;
-            n += (f & PG_F_FRESH) != 0;
-            py += (f & (PG_F_FRESH | PG_F_PY_HELD)) == (PG_F_FRESH | PG_F_PY_HELD);
-        }
-    }
-    pg_unlock();
-    *held = py;
-    return n;
-}
-
-uint32_t pg_fresh_list(uint32_t sid, uint32_t *out, uint32_t cap) {
-    pg_lock();
-    uint32_t n = 0;
-    if (pg_seg_valid(sid)) {
-        const pg_seg *seg = pg_segtab[sid];
-        uint32_t base = sid << PG_SEG_BITS;
-        for (uint32_t i = 0; i < seg->used; i++)
-            if (seg->nodes[i].flags & PG_F_FRESH) {
-                if (n < cap) out[n] = base | i;
-                n++;
-            }
-    }
-    pg_unlock();
-    return n;
-}
-
-int32_t pg_settle(uint32_t sid) {
-    pg_lock();
-    int32_t rc = PG_E_ARG;
-    pg_seg *seg = pg_seg_valid(sid) ? pg_segtab[sid] : NULL;
-    if (seg != NULL && seg->queued) {
-        pg_seg **p = &closed;
-        while (*p != seg) p = &(*p)->next_closed;
-        *p = seg->next_closed;
-        seg->queued = 0;
-        seg->live++;        /* keep the segment while the scan walks it */
-        uint32_t base = sid << PG_SEG_BITS;
-        for (uint32_t i = 0; i < seg->used; i++) unfresh(base | i);
-        if (--seg->live == 0) recycle(seg);
-        else if (seg->live < seg->used / 2) discard_dead_pages(seg);
-        rc = 0;
-    }
-    unlock_after_cascade();
-    return rc;
 }
 
 /* -- records and accounting ---------------------------------------------------- */
@@ -534,21 +557,6 @@ int32_t pg_alive(uint32_t h) {
     int32_t alive = pg_handle_valid(h);
     pg_unlock();
     return alive;
-}
-
-uint32_t pg_extra(uint32_t h) {
-    pg_lock();
-    uint32_t e = pg_handle_valid(h) ? pg_N(h)->extra : 0;
-    pg_unlock();
-    return e;
-}
-
-int pg_set_extra(uint32_t h, uint32_t extra) {
-    pg_lock();
-    int ok = pg_handle_valid(h);
-    if (ok) pg_N(h)->extra = extra;
-    pg_unlock();
-    return ok ? 0 : PG_E_ARG;
 }
 
 /* A closure set on a node that already has parents: those parents are not

@@ -24,7 +24,7 @@ typedef struct pg_node {
     uint32_t kid[2];       /* children; for n-ary nodes kid[0] is the count */
     uint32_t refs;         /* parents and node claims that hold this one */
     uint32_t mark;         /* DFS epoch; next link in the free list once dead */
-    uint32_t extra;        /* index of Python-side extras, 0 when none */
+    uint32_t spare;        /* unused: keeps the node at 48 bytes, aligned */
     uint8_t op;
     uint8_t flags;
     uint16_t variant;      /* op-specific: LINEAR's activation and bias bit */
@@ -38,10 +38,9 @@ _Static_assert(PG_SEG_NODES == 1 << PG_SEG_BITS, "a handle's offset bits index a
 _Static_assert(PG_ACT_SIGMOID <= PG_ACT_MASK && (PG_ACT_MASK & PG_LINEAR_BIAS) == 0,
                "activations fit the mask, apart from the bias bit");
 
-/* Internal node flags (pygrad.h has those Python sees).  FRESH: made for
- * a Value not yet settled (memory.c); HAS_PARENT: some node was made over
- * it; LATE_PY: its closure came after a parent (pg_set_py_backward). */
-#define PG_F_FRESH 8
+/* Internal node flags (pygrad.h has those Python sees).  HAS_PARENT: some
+ * node was made over it; LATE_PY: its closure came after a parent
+ * (pg_set_py_backward); DEAD: a free slot (memory.c). */
 #define PG_F_HAS_PARENT 16
 #define PG_F_LATE_PY 32
 #define PG_F_DEAD 128
@@ -52,7 +51,7 @@ static inline void pg_node_init(pg_node *n, int op) {
     n->kid[0] = n->kid[1] = 0;
     n->refs = 0;
     n->mark = 0;
-    n->extra = 0;
+    n->spare = 0;
     n->op = (uint8_t)op;
     n->flags = 0;
     n->variant = 0;
@@ -69,19 +68,21 @@ typedef struct pg_edge_chunk {
 /* The header comes first so that a segment holding few nodes touches few
  * pages of its mapping.  Live segments form a list in creation order, and a
  * node is created after all of its children (pg_room), so (segment birth,
- * offset) orders every graph topologically. */
+ * offset) orders every graph topologically.  Leaf segments reuse free
+ * slots: a leaf has no children, and its parents come later, in newer
+ * segments (pg_room), so any slot is below them. */
 typedef struct pg_seg {
     uint32_t used;         /* bump index */
     uint32_t live;         /* allocated nodes not yet freed */
     uint32_t sid;
-    uint8_t open;          /* some thread's current segment */
-    uint8_t queued;        /* closed, waiting for Python to settle it */
+    uint8_t open;          /* some thread's current segment, or the leaf segment */
+    uint8_t leaves;        /* a leaf segment: its free slots are reused */
     uint16_t unused;
     uint64_t birth;        /* creation counter: orders segments */
     uint32_t reach_epoch;  /* the backward sweep that reached a node here */
-    uint32_t spare;
+    uint32_t free_head;    /* a leaf segment's first free slot + 1 (0: none) */
     struct pg_seg *older, *newer;   /* live segments, by birth */
-    struct pg_seg *next_closed;     /* the queue of closed segments */
+    struct pg_seg *next_leafy;      /* leaf segments with free slots */
     pg_edge_chunk *edges;
     struct pg_seg *next_free;
     pg_node nodes[PG_SEG_NODES];
@@ -143,6 +144,14 @@ pg_seg *pg_room(uint32_t nodes, uint64_t birth, int32_t *err);
 /* Take `count` slots of seg, which has room for them (lock held): the
  * handle of the first.  Cannot fail: pg_room checked the room. */
 int32_t pg_take_nodes(pg_seg *seg, uint32_t count);
+/* A free leaf slot (lock held): its handle, a dead slot to initialise, or
+ * a PG_E_*. */
+int32_t pg_take_leaf(void);
+/* Room for a run of `nodes` leaves in the leaf segment (lock held); NULL
+ * with *err set when none can be had. */
+pg_seg *pg_leaf_room(uint32_t nodes, int32_t *err);
+/* The new nodes h .. h + n - 1 are born held by claim c (lock held). */
+void pg_claim_fill(pg_claim *c, uint32_t h, uint32_t n);
 /* Child list storage for an n-ary node in segment sid (lock held); NULL
  * (nothing changed) when out of memory. */
 uint32_t *pg_alloc_edges(uint32_t sid, uint32_t count);

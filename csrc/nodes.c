@@ -9,13 +9,12 @@
  *      (pg_room: a new segment when the current one is full or older than
  *      a child), then the edge storage (the only steps that allocate);
  *   3. commit: take the slots, fill the nodes, link the children (refs,
- *      the held flags), run forward, mark what Python gets a Value for
- *      fresh (memory.c).
+ *      the held flag), run forward, and fill the caller's claim with the
+ *      nodes Python gets Values for (memory.c): they are born held.
  * Steps 1 and 2 are begin(); every failure (PG_E_ARG, PG_E_NOMEM,
  * PG_E_SPACE) happens there, before any node is made.  Arguments that need
  * no lock (op, arity, sizes) are checked before it is taken.  A creator
- * returns the new handle h, or PG_HELD - h when the node is Python-held,
- * or a PG_E_*.
+ * returns the new handle h or a PG_E_*.
  */
 #include <string.h>
 #include "node.h"
@@ -51,23 +50,30 @@ static void adopt(pg_node *n, uint32_t c) {
     n->flags |= kid->flags & PG_F_PY_HELD;
 }
 
-/* What a creator returns for new node h, which Python gets a Value for, or
- * error h (lock held). */
-static int32_t made(int32_t h) {
-    if (h < 0) return h;
-    pg_node *n = pg_N((uint32_t)h);
-    n->flags |= PG_F_FRESH;
-    return (n->flags & PG_F_PY_HELD) ? PG_HELD - h : h;
+/* The claim a creator was given: usable (0), or why not. */
+static int32_t claim_ok(const pg_claim *c) {
+    if (c == NULL) return PG_E_NOMEM;       /* pg_claim_new had no memory */
+    return c->n == 0 ? 0 : PG_E_ARG;
+}
+
+/* What a creator returns for the n new nodes from h on, which claim c
+ * holds from now, or error h (lock held). */
+static int32_t made(pg_claim *c, int32_t h, uint32_t n) {
+    if (h >= 0) pg_claim_fill(c, (uint32_t)h, n);
+    return h;
 }
 
 /* Unary and binary nodes: op over a (and b).  With konst, a leaf holding
  * k is made too, in the slot before the op node, and becomes the operand
  * b (konst 1: a op k) or a (konst 2: k op a, the leaf first). */
-static int32_t make_fixed(int op, uint32_t a, uint32_t b, double k, uint8_t flags, int konst) {
+static int32_t make_fixed(pg_claim *c, int op, uint32_t a, uint32_t b, double k, uint8_t flags,
+                          int konst) {
     uint32_t kids[2] = {a, b};
     int arity = pg_rules[op].arity;
     uint32_t nodes = konst ? 2 : 1;
     pg_seg *seg = NULL;
+    int32_t bad = claim_ok(c);
+    if (bad) return bad;
     pg_lock();
     int32_t h = begin(kids, konst ? 1 : (uint32_t)arity, NULL, 0, nodes, 0, NULL, &seg);
     if (h == 0) {
@@ -95,7 +101,7 @@ static int32_t make_fixed(int op, uint32_t a, uint32_t b, double k, uint8_t flag
         pg_rules[op].forward(n);
         h = (int32_t)out;
     }
-    h = made(h);
+    h = made(c, h, 1);
     pg_unlock();
     return h;
 }
@@ -104,25 +110,25 @@ static int fixed_op(int op, int arity) {
     return op >= 0 && op < PG_OP_COUNT && pg_rules[op].arity == arity;
 }
 
-int32_t pg_unary(int op, uint32_t a) {
+int32_t pg_unary(pg_claim *c, int op, uint32_t a) {
     if (!fixed_op(op, 1) || op == PG_OP_POWK) return PG_E_ARG;
-    return make_fixed(op, a, 0, 0.0, 0, 0);
+    return make_fixed(c, op, a, 0, 0.0, 0, 0);
 }
 
-int32_t pg_binary(int op, uint32_t a, uint32_t b) {
+int32_t pg_binary(pg_claim *c, int op, uint32_t a, uint32_t b) {
     if (!fixed_op(op, 2)) return PG_E_ARG;
-    return make_fixed(op, a, b, 0.0, 0, 0);
+    return make_fixed(c, op, a, b, 0.0, 0, 0);
 }
 
-int32_t pg_powk(uint32_t a, double k, int k_is_int) {
-    return make_fixed(PG_OP_POWK, a, 0, k, k_is_int ? PG_F_INT_EXPONENT : 0, 0);
+int32_t pg_powk(pg_claim *c, uint32_t a, double k, int k_is_int) {
+    return make_fixed(c, PG_OP_POWK, a, 0, k, k_is_int ? PG_F_INT_EXPONENT : 0, 0);
 }
 
 /* `v op k` or `k op v` with k a number: micrograd wraps k in a leaf Value;
  * this makes the leaf and the op node in one call. */
-int32_t pg_binary_k(int op, uint32_t a, double k, int k_first) {
+int32_t pg_binary_k(pg_claim *c, int op, uint32_t a, double k, int k_first) {
     if (!fixed_op(op, 2)) return PG_E_ARG;
-    return make_fixed(op, a, 0, k, 0, k_first ? 2 : 1);
+    return make_fixed(c, op, a, 0, k, 0, k_first ? 2 : 1);
 }
 
 /* N-ary nodes (n children in an edge run of nedges words, kids first):
@@ -133,6 +139,8 @@ static int32_t make_list(int op, int variant, const uint32_t *kids, uint32_t n, 
                          pg_claim *claim) {
     uint32_t *edges = NULL;
     pg_seg *seg = NULL;
+    int32_t bad = claim_ok(claim);
+    if (bad) return bad;
     pg_lock();
     int32_t h = begin(kids, n, NULL, 0, 1, nedges, &edges, &seg);
     if (h == 0) {
@@ -152,36 +160,25 @@ static int32_t make_list(int op, int variant, const uint32_t *kids, uint32_t n, 
         for (uint32_t i = 0; i < n; i++) adopt(node, kids[i]);
         if (forward) pg_rules[op].forward(node);
     }
-    h = made(h);
-    if (claim != NULL && h < PG_HELD) {
-        /* Born held by its Value's claim, not fresh: see pg_custom. */
-        pg_node *node = pg_N((uint32_t)(PG_HELD - h));
-        node->flags &= (uint8_t)~PG_F_FRESH;
-        node->refs++;
-        claim->h = (uint32_t)(PG_HELD - h);
-    }
+    h = made(claim, h, 1);
     pg_unlock();
     return h;
 }
 
 /* Over children, its gradient is its Value's closure from the start
  * (micrograd's `lambda: None` until one is set), so that setting one needs
- * no call: backward() hands the node to Python either way.  The node is
- * born held by the Value's (empty) claim: a closure's cycle never looks
- * dead to a settle, so a fresh mark would only put the claim off. */
-int32_t pg_custom1(double data, uint32_t kid, pg_claim *claim) {
-    if (claim == NULL || claim->h != 0) return PG_E_ARG;
+ * no call: backward() hands the node to Python either way. */
+int32_t pg_custom1(pg_claim *c, double data, uint32_t kid) {
     return make_list(PG_OP_CUSTOM, 0, &kid, 1, 1, data, NULL,
-                     PG_F_PY_HELD | PG_F_PY_BACKWARD, 0, claim);
+                     PG_F_PY_HELD | PG_F_PY_BACKWARD, 0, c);
 }
 
-int32_t pg_custom(double data, const uint32_t *kids, uint32_t n, pg_claim *claim) {
-    if (claim == NULL || claim->h != 0) return PG_E_ARG;
+int32_t pg_custom(pg_claim *c, double data, const uint32_t *kids, uint32_t n) {
     return make_list(PG_OP_CUSTOM, 0, kids, n, n, data, NULL,
-                     PG_F_PY_HELD | (n > 0 ? PG_F_PY_BACKWARD : 0), 0, claim);
+                     PG_F_PY_HELD | (n > 0 ? PG_F_PY_BACKWARD : 0), 0, c);
 }
 
-int32_t pg_nary(int op, int variant, const uint32_t *kids, uint32_t n) {
+int32_t pg_nary(pg_claim *c, int op, int variant, const uint32_t *kids, uint32_t n) {
     if (op < 0 || op >= PG_OP_COUNT || pg_rules[op].arity != -1 || op == PG_OP_CUSTOM
             || op == PG_OP_FUNCTION)
         return PG_E_ARG;
@@ -192,15 +189,14 @@ int32_t pg_nary(int op, int variant, const uint32_t *kids, uint32_t n) {
     } else if (n == 0 || variant != 0) {
         return PG_E_ARG;
     }
-    return make_list(op, variant, kids, n, n, 0.0, NULL, 0, 1, NULL);
+    return make_list(op, variant, kids, n, n, 0.0, NULL, 0, 1, c);
 }
 
-int32_t pg_function(double data, const uint32_t *kids, const double *partials,
+int32_t pg_function(pg_claim *c, double data, const uint32_t *kids, const double *partials,
                     uint32_t n) {
     if (n > (UINT32_MAX - 2) / 3) return PG_E_ARG;
     /* kids, then the partials as doubles, 8-byte aligned, in one edge run */
-    return make_list(PG_OP_FUNCTION, 0, kids, n, PG_FUNCTION_EDGES(n), data, partials, 0, 0,
-                     NULL);
+    return make_list(PG_OP_FUNCTION, 0, kids, n, PG_FUNCTION_EDGES(n), data, partials, 0, 0, c);
 }
 
 /* Step 3 of a layer: nout LINEAR nodes from slot h on, neuron j over
@@ -233,24 +229,11 @@ static int layer_fits(int act, uint32_t nin, uint32_t nout) {
            nin <= (UINT32_MAX / nout - 1) / 2;
 }
 
-/* Mark the n nodes from h on fresh (Python gets a Value for each); what a
- * multi-node creator returns for them: h, or PG_HELD - h (lock held). */
-static int32_t made_run(uint32_t h, uint32_t n) {
-    /* Python-held if any node of the run is (a neuron over a custom op's
-     * Value): Python then holds the operands for every Value of the run. */
-    uint8_t held = 0;
-    for (uint32_t j = 1; j < n; j++) {
-        pg_node *nj = pg_N(h + j);
-        nj->flags |= PG_F_FRESH;
-        held |= nj->flags & PG_F_PY_HELD;
-    }
-    int32_t rc = made((int32_t)h);
-    return held && rc >= 0 ? PG_HELD - (int32_t)h : rc;
-}
-
-int32_t pg_linear_layer(int act, const uint32_t *params, const uint32_t *x, uint32_t nin,
-                        uint32_t nout) {
+int32_t pg_linear_layer(pg_claim *c, int act, const uint32_t *params, const uint32_t *x,
+                        uint32_t nin, uint32_t nout) {
     if (!layer_fits(act, nin, nout)) return PG_E_ARG;
+    int32_t bad = claim_ok(c);
+    if (bad) return bad;
     uint32_t nk = 2 * nin + 1;
     uint32_t *edges = NULL;
     pg_seg *seg = NULL;
@@ -259,21 +242,17 @@ int32_t pg_linear_layer(int act, const uint32_t *params, const uint32_t *x, uint
     if (h == 0) {
         h = pg_take_nodes(seg, nout);
         fill_layer((uint32_t)h, act, params, x, 0, nin, nout, edges);
-        h = made_run((uint32_t)h, nout);
+        h = made(c, h, nout);
     }
     pg_unlock();
     return h;
 }
 
-static int py_held(const uint32_t *h, uint32_t n) {
-    for (uint32_t i = 0; i < n; i++)
-        if (pg_N(h[i])->flags & PG_F_PY_HELD) return 1;
-    return 0;
-}
-
-int32_t pg_mlp(uint32_t nlayers, const int *acts, const uint32_t *const *params,
+int32_t pg_mlp(pg_claim *c, uint32_t nlayers, const int *acts, const uint32_t *const *params,
                const uint32_t *sizes, const uint32_t *x) {
     if (nlayers == 0) return PG_E_ARG;
+    int32_t bad = claim_ok(c);
+    if (bad) return bad;
     uint64_t nodes = 0, nedges = 0;
     for (uint32_t l = 0; l < nlayers; l++) {
         if (!layer_fits(acts[l], sizes[l], sizes[l + 1])) return PG_E_ARG;
@@ -295,7 +274,6 @@ int32_t pg_mlp(uint32_t nlayers, const int *acts, const uint32_t *const *params,
             else if (pg_segtab[k[i] >> PG_SEG_BITS]->birth > birth)
                 birth = pg_segtab[k[i] >> PG_SEG_BITS]->birth;
         }
-        if (h == 0 && py_held(k, n)) h = PG_E_HELD;
     }
     if (h == 0) {
         seg = pg_room((uint32_t)nodes, birth, &h);
@@ -312,40 +290,43 @@ int32_t pg_mlp(uint32_t nlayers, const int *acts, const uint32_t *const *params,
             prev = first;
             first += sizes[l + 1];
         }
-        h = made_run(prev, sizes[nlayers]);
+        h = made(c, (int32_t)prev, sizes[nlayers]);
     }
     pg_unlock();
     return h;
 }
 
-int32_t pg_leaves(const double *data, uint32_t n) {
+/* Leaves go to leaf segments (memory.c): a run takes consecutive slots,
+ * a single leaf reuses a free one. */
+int32_t pg_leaves(pg_claim *c, const double *data, uint32_t n) {
     if (n == 0 || n > PG_SEG_NODES) return PG_E_ARG;
-    pg_seg *seg = NULL;
+    int32_t h = claim_ok(c);
+    if (h) return h;
     pg_lock();
-    int32_t h = begin(NULL, 0, NULL, 0, n, 0, NULL, &seg);
-    if (h == 0) {
+    pg_seg *seg = pg_leaf_room(n, &h);
+    if (seg != NULL) {
         h = pg_take_nodes(seg, n);
         for (uint32_t i = 0; i < n; i++) {
             pg_node *leaf = pg_N((uint32_t)h + i);
             pg_node_init(leaf, PG_OP_LEAF);
             leaf->data = data[i];
         }
-        h = made_run((uint32_t)h, n);
+        h = made(c, h, n);
     }
     pg_unlock();
     return h;
 }
 
-int32_t pg_leaf(double data) {
-    pg_seg *seg = NULL;
+int32_t pg_leaf(pg_claim *c, double data) {
+    int32_t h = claim_ok(c);
+    if (h) return h;
     pg_lock();
-    int32_t h = begin(NULL, 0, NULL, 0, 1, 0, NULL, &seg);
-    if (h == 0) {
-        h = pg_take_nodes(seg, 1);
+    h = pg_take_leaf();
+    if (h >= 0) {
         pg_node *leaf = pg_N((uint32_t)h);
         pg_node_init(leaf, PG_OP_LEAF);
         leaf->data = data;
-        h = made(h);
+        h = made(c, h, 1);
     }
     pg_unlock();
     return h;
@@ -374,7 +355,7 @@ double *pg_numbers(uint32_t h) { return pg_handle_valid(h) ? &pg_N(h)->data : NU
 int pg_op(uint32_t h) { return pg_N(h)->op; }
 int64_t pg_describe(uint32_t h) {
     const pg_node *n = pg_N(h);
-    return (int64_t)(n->op | (uint32_t)n->flags << 8) | (int64_t)n->extra << 16;
+    return (int64_t)(n->op | (uint32_t)n->flags << 8);
 }
 int pg_flags(uint32_t h) { return pg_N(h)->flags; }
 int pg_variant(uint32_t h) { return pg_N(h)->variant; }

@@ -38,13 +38,6 @@ enum pg_op {
 #define PG_E_ARG -3
 #define PG_E_SPACE -4
 #define PG_E_SWEEP -5
-/* pg_mlp refuses a Python-held input or parameter: nothing made; build the
- * layers one by one (their Values must hold their operands'). */
-#define PG_E_HELD -6
-/* The one convention for "Python-held": a creator returns PG_HELD - h
- * (<= PG_HELD) for a new node h that is Python-held; its Value must hold
- * its operands' Values (memory.c, pygrad/_lifetime.py). */
-#define PG_HELD -16
 
 /* LINEAR's variant: activation (the PG_ACT_MASK bits) | PG_LINEAR_BIAS. */
 #define PG_ACT_MASK 3
@@ -55,82 +48,65 @@ enum pg_op {
 #define PG_LINEAR_BIAS 4
 
 /* Node flags visible to Python.  PY_HELD: a Python-defined node (a custom
- * op), or one with such a node below it. */
+ * op), or one with such a node below it (backward() then records first). */
 #define PG_F_INT_EXPONENT 1
 #define PG_F_PY_BACKWARD 2
 #define PG_F_PY_HELD 4
 
-/* Lifetime (memory.c has the design).  A claim is Python's hold on one
- * node: Python allocates it zeroed, wraps it with ffi.gc(claim,
- * pg_release), then lets pg_hold fill it. */
+/* Lifetime (memory.c has the design).  A claim is Python's hold on the
+ * nodes h .. h + n - 1: pg_claim_new makes an empty one (NULL when out of
+ * memory), Python owns it with ffi.gc(claim, pg_claim_drop), and a creator
+ * (or pg_hold) fills it.  pg_claim_drop releases its nodes and the claim. */
 typedef struct pg_claim {
     uint32_t h;
+    uint32_t n;
+    void *slab;
 } pg_claim;
-void pg_release(pg_claim *c);
-/* The allocator of claims: zeroed memory (NULL when out of it), and its
- * release then free, for ffi.new_allocator. */
-void *pg_claim_alloc(size_t size);
-void pg_claim_free(void *c);
-/* c holds live node h: 0, or PG_E_ARG. */
+pg_claim *pg_claim_new(void);
+void pg_claim_drop(pg_claim *c);
+/* The empty claim c takes live node h: 0, PG_E_ARG (no such node, or c
+ * not empty), or PG_E_NOMEM (c is NULL: pg_claim_new failed). */
 int32_t pg_hold(pg_claim *c, uint32_t h);
-/* Settling: the nodes h[0..n) are no longer held by a Value of theirs. */
-void pg_unfresh(const uint32_t *h, uint32_t n);
-/* Free slots left in the calling thread's segment (0: none open). */
-uint32_t pg_room_left(void);
-/* Close the calling thread's segment (its next node opens a new one). */
-void pg_close_current(void);
-/* Up to cap closed segments not yet settled (their sids); how many. */
-uint32_t pg_closed_segments(uint32_t *sids, uint32_t cap);
-/* Up to cap segments not yet settled, open or closed (their sids, newest
- * first); how many.  Only these may have Values in Python's table. */
-uint32_t pg_unsettled_segments(uint32_t *sids, uint32_t cap);
-/* How many of segment sid's nodes are fresh (waiting for their Value's
- * verdict), and in *held how many of those are Python-held: settling scans
- * a sparse segment's slots differently, and follows the Python references
- * between held Values (chains that die together) only where there are. */
-uint32_t pg_fresh_nodes(uint32_t sid, uint32_t *held);
-/* The handles of segment sid's fresh nodes, up to cap of them in out; how
- * many there are.  Settling asks only when some have no Value yet (an op
- * under way whose Python side was cut into by code that closed the
- * segment: see _lifetime.py, "late"). */
-uint32_t pg_fresh_list(uint32_t sid, uint32_t *out, uint32_t cap);
-/* Python is done with closed segment sid: 0, or PG_E_ARG. */
-int32_t pg_settle(uint32_t sid);
 /* 1 if h names a live node, else 0. */
 int32_t pg_alive(uint32_t h);
+/* Free slots left in the calling thread's segment (0: none open); close
+ * it (its next node opens a new one).  For tests. */
+uint32_t pg_room_left(void);
+void pg_close_current(void);
 
-/* Node creation, in the calling thread's segment: the new handle h, or
- * PG_HELD - h (Python-held), or a PG_E_*.  Each op also has entry points
- * of its own, which pass no op code: see the end of this header. */
-int32_t pg_leaf(double data);
-int32_t pg_unary(int op, uint32_t a);
-int32_t pg_binary(int op, uint32_t a, uint32_t b);
-int32_t pg_binary_k(int op, uint32_t a, double k, int k_first);
-int32_t pg_powk(uint32_t a, double k, int k_is_int);
-/* A Python-defined node (always Python-held); pg_custom1 for one child.
- * It is born held by claim, an empty one (its Value's). */
-int32_t pg_custom(double data, const uint32_t *kids, uint32_t n, pg_claim *claim);
-int32_t pg_custom1(double data, uint32_t kid, pg_claim *claim);
+/* Node creation, in the calling thread's segment: the new handle h, or a
+ * PG_E_* (nothing made).  Each creator takes an empty claim c first, which
+ * the new node (a run's nodes) is born held by: PG_E_NOMEM when c is NULL,
+ * PG_E_ARG when it is not empty.  Each op also has entry points of its
+ * own, which pass no op code: see the end of this header. */
+int32_t pg_leaf(pg_claim *c, double data);
+int32_t pg_unary(pg_claim *c, int op, uint32_t a);
+int32_t pg_binary(pg_claim *c, int op, uint32_t a, uint32_t b);
+int32_t pg_binary_k(pg_claim *c, int op, uint32_t a, double k, int k_first);
+int32_t pg_powk(pg_claim *c, uint32_t a, double k, int k_is_int);
+/* A Python-defined node (a custom op; PY_HELD); pg_custom1 for one child. */
+int32_t pg_custom(pg_claim *c, double data, const uint32_t *kids, uint32_t n);
+int32_t pg_custom1(pg_claim *c, double data, uint32_t kid);
 /* An n-ary node (LINEAR, SUM, LOGSUMEXP) over kids[0..n). */
-int32_t pg_nary(int op, int variant, const uint32_t *kids, uint32_t n);
+int32_t pg_nary(pg_claim *c, int op, int variant, const uint32_t *kids, uint32_t n);
 /* A layer of nout LINEAR nodes sharing inputs x[0..nin): neuron j's
  * parameters are params[j*(nin+1) ..] = b, w0, ..., w(nin-1).  The nodes
- * are consecutive handles; returns the first (or PG_HELD - first). */
-int32_t pg_linear_layer(int act, const uint32_t *params, const uint32_t *x, uint32_t nin,
+ * are consecutive handles, all held by c; returns the first. */
+int32_t pg_linear_layer(pg_claim *c, int act, const uint32_t *params, const uint32_t *x, uint32_t nin,
                         uint32_t nout);
 /* The layers of an MLP in one call: layer l has sizes[l] inputs and
  * sizes[l + 1] neurons, parameters params[l] (as pg_linear_layer's) and
  * activation acts[l]; layer 0 reads x[0..sizes[0]), each next layer the
  * one before.  Every layer's nodes are consecutive handles in one
- * segment; returns the last layer's first handle (only the last layer's
- * nodes get Values), or a PG_E_* (PG_E_HELD, ...; nothing made on error). */
-int32_t pg_mlp(uint32_t nlayers, const int *acts, const uint32_t *const *params,
+ * segment; returns the last layer's first handle (c holds the last
+ * layer's nodes, which hold the rest), or a PG_E_* (nothing made). */
+int32_t pg_mlp(pg_claim *c, uint32_t nlayers, const int *acts, const uint32_t *const *params,
                const uint32_t *sizes, const uint32_t *x);
-/* n leaves (data.to_values): consecutive handles, returns the first. */
-int32_t pg_leaves(const double *data, uint32_t n);
+/* n leaves (data.to_values): consecutive handles held by c, returns the first. */
+int32_t pg_leaves(pg_claim *c, const double *data, uint32_t n);
 /* A user-defined op (pygrad.Function): value `data`, and the partial
  * derivative of it by each child, captured at forward time. */
-int32_t pg_function(double data, const uint32_t *kids, const double *partials, uint32_t n);
+int32_t pg_function(pg_claim *c, double data, const uint32_t *kids, const double *partials, uint32_t n);
 
 /* Bulk access, one call for many nodes (parameters). */
 void pg_gather_data(const uint32_t *h, uint32_t n, double *out);
@@ -157,8 +133,7 @@ void pg_set_grad(uint32_t h, double v);
  * Nodes never move, so a Value that holds its node may keep the address. */
 double *pg_numbers(uint32_t h);
 int pg_op(uint32_t h);
-/* op | flags << 8 | the index of its Python record << 16, in one call
- * (node h is live: its Value holds it). */
+/* op | flags << 8, in one call (node h is live: its Value holds it). */
 int64_t pg_describe(uint32_t h);
 int pg_flags(uint32_t h);
 int pg_variant(uint32_t h);
@@ -186,10 +161,6 @@ typedef struct pg_op_desc {
 } pg_op_desc;
 const pg_op_desc *pg_op_info(int op);
 
-/* The index of a node's Python-side record (label, op name), 0 for none
- * or for a handle that names no live node. */
-uint32_t pg_extra(uint32_t h);
-int pg_set_extra(uint32_t h, uint32_t extra);
 /* Node h's backward is a Python closure. */
 int pg_set_py_backward(uint32_t h);
 
@@ -264,10 +235,10 @@ uint32_t pg_node_size(void);
  * Per-op entry points: the calls Python makes most, with as few arguments
  * as possible (each one costs cffi a conversion).  For each row CODE of
  * ops.def:
- *   pg_binary_CODE(a, b)       a op b                  (pg_binary)
- *   pg_binary_k_CODE(a, k)     a op k, k a new leaf    (pg_binary_k)
- *   pg_binary_rk_CODE(k, a)    k op a, k a new leaf
- *   pg_unary_CODE(a)           op a                    (pg_unary)
+ *   pg_binary_CODE(c, a, b)    a op b                  (pg_binary)
+ *   pg_binary_k_CODE(c, a, k)  a op k, k a new leaf    (pg_binary_k)
+ *   pg_binary_rk_CODE(c, k, a) k op a, k a new leaf
+ *   pg_unary_CODE(c, a)        op a                    (pg_unary)
  * and for x ** number, pg_powk_float / pg_powk_int (pg_powk with
  * k_is_int 0 / 1).  They are static inline so that a row's forms can be
  * generated without the preprocessor knowing its arity: only the forms
@@ -275,26 +246,26 @@ uint32_t pg_node_size(void);
  * form that does not fit would return PG_E_ARG from the generic creator.
  */
 #define PG_OP(code, name, arity, methods, act, doc) \
-    static inline int32_t pg_binary_##code(uint32_t a, uint32_t b) { \
-        return pg_binary(PG_OP_##code, a, b); \
+    static inline int32_t pg_binary_##code(pg_claim *c, uint32_t a, uint32_t b) { \
+        return pg_binary(c, PG_OP_##code, a, b); \
     } \
-    static inline int32_t pg_binary_k_##code(uint32_t a, double k) { \
-        return pg_binary_k(PG_OP_##code, a, k, 0); \
+    static inline int32_t pg_binary_k_##code(pg_claim *c, uint32_t a, double k) { \
+        return pg_binary_k(c, PG_OP_##code, a, k, 0); \
     } \
-    static inline int32_t pg_binary_rk_##code(double k, uint32_t a) { \
-        return pg_binary_k(PG_OP_##code, a, k, 1); \
+    static inline int32_t pg_binary_rk_##code(pg_claim *c, double k, uint32_t a) { \
+        return pg_binary_k(c, PG_OP_##code, a, k, 1); \
     } \
-    static inline int32_t pg_unary_##code(uint32_t a) { \
-        return pg_unary(PG_OP_##code, a); \
+    static inline int32_t pg_unary_##code(pg_claim *c, uint32_t a) { \
+        return pg_unary(c, PG_OP_##code, a); \
     }
 #include "ops.def"
 #undef PG_OP
 
-static inline int32_t pg_powk_float(uint32_t a, double k) {
-    return pg_powk(a, k, 0);
+static inline int32_t pg_powk_float(pg_claim *c, uint32_t a, double k) {
+    return pg_powk(c, a, k, 0);
 }
-static inline int32_t pg_powk_int(uint32_t a, double k) {
-    return pg_powk(a, k, 1);
+static inline int32_t pg_powk_int(pg_claim *c, uint32_t a, double k) {
+    return pg_powk(c, a, k, 1);
 }
 
 #endif

@@ -252,21 +252,22 @@ class _CBackend(Backend):
             return layers
         acts = [lib.PG_ACT_RELU if nonlin else lib.PG_ACT_NONE for *_, nonlin in layers]
         params = [packed_params for packed_params, *_ in layers]
-        # The arrays of pg_mlp's arguments, with what they point to.
+        # The arrays of pg_mlp's arguments, with what they point to, and the
+        # parameters' Values (which the outputs' Values hold).
+        param_values = tuple(v for layer in layers for v in layer[1])
         return (len(layers), ffi.new("int[]", acts), ffi.new("uint32_t *[]", params),
-                ffi.new("uint32_t[]", sizes), layers, params)
+                ffi.new("uint32_t[]", sizes), layers, params, param_values)
 
     def fused_layers(self, packed: Any, x: Sequence[Any]) -> List[Any]:
         if isinstance(packed, list):
             return super().fused_layers(packed, x)
-        nlayers, acts, params, sizes, layers, _ = packed
+        nlayers, acts, params, sizes, layers, _, param_values = packed
         V = self.Value
         xs: List[Any] = [v if isinstance(v, V) else V(v) for v in x]
         if len(xs) != sizes[0]:
             raise ValueError(f"layer expects {sizes[0]} inputs, got {len(xs)}")
-        out = _engine.make_mlp(nlayers, acts, params, sizes, self.pack(xs), sizes[nlayers])
-        # Over a Python-held node, layer by layer (each output's Value holds its inputs').
-        return super().fused_layers(layers, xs) if out is None else out
+        return _engine.make_mlp(nlayers, acts, params, sizes, self.pack(xs), sizes[nlayers],
+                                (param_values, tuple(xs)))
 
     def make_function(self, name: str, data: float, values: Sequence[Any],
                       partials: Sequence[float]) -> Any:

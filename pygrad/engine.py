@@ -1,109 +1,74 @@
 """The C-backed ``Value``: a drop-in for ``micrograd.engine.Value``.
 
-A Value is a thin handle: ``_h`` names its node in C.  The numbers and the
-graph live in C; each operator is one C call, and the forward and gradient
-rules of every op are in csrc/ops.c.  Lifetime (csrc/memory.c,
-pygrad/_lifetime.py): a new Value is stored in the table of fresh Values, and
-settling later gives the Values still in use a claim of their own (``_s``).
-A Python-held Value (a custom op, or an op over one) keeps its operands'
-Values in ``_hold``; ``_kids`` caches ``_prev``.  There is one Value per
-node, so ``_prev`` hands out the Values you hold, and the same ones on
-every walk.  Attributes set on a Value are its own, as on any Python object.
+A Value is a thin handle: ``_h`` names its node in C, and ``_s`` is the
+claim through which it owns that node (pygrad/_lifetime.py, csrc/memory.c):
+the node lives while the Value does, and Python alone decides when that
+ends.  The numbers and the graph live in C; each operator is one C call,
+and the forward and gradient rules of every op are in csrc/ops.c.  A Value
+holds the Values it was made from (``_a``, ``_b``), as micrograd's
+``_prev`` does, so ``_prev`` hands out your own Values, with their class
+and attributes.  An op's result has the class of the Value whose method
+ran (``type(self)``): the left operand's, or the Value's when a number is
+on the left.
 """
 import functools
 import numbers
-import os
-import weakref
-from typing import Any, Callable, Iterable, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Set, Tuple
 
-from . import _lifetime, _ops
+from . import _ops
 from ._core import ffi, lib
-from ._lifetime import check as _check
-from ._lifetime import extras, held_fresh as _held_fresh, store as _store, values as _values
-from ._lifetime import registry as _registry, new_claim as _new_claim, CLAIM as _CLAIM
-from ._lifetime import makes_nodes
+from ._lifetime import check as _check, made_later as _made_later, own as _own
 from ._copies import new_leaf
 from ._numbers import real_or_none, value_data
 
 __all__ = ["Value", "settle"]
 
 _new = object.__new__
-_ref = weakref.ref
-_HELD = lib.PG_HELD
+_gc = ffi.gc
+_claim_new = lib.pg_claim_new
+_drop = lib.pg_claim_drop
 _powk_float, _powk_int = lib.pg_powk_float, lib.pg_powk_int
-
-# The lifetime lock, bound here for custom ops' registrations (one call
-# less an op); a forked child remakes it, and this follows.
-_registration_lock = _lifetime.lock()
-
-
-def _after_fork_in_child() -> None:
-    global _registration_lock
-    _registration_lock = _lifetime.lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def settle() -> None:
-    """Free now the nodes whose Values are all gone (it runs a full garbage
-    collection too, for custom ops' closure cycles).  pygrad settles by
-    itself as each thread's segment of 4,096 nodes fills and at each full
-    garbage collection; call it to make live-node counts exact."""
-    _lifetime.settle()
+    """Kept for code written against pygrad 0.x: a node is freed as soon
+    as Python deallocates the last Value that reaches it (at ``del``, or at
+    the next garbage collection for a cycle), so there is nothing to settle.
+    It runs a full garbage collection, which frees closure cycles now."""
+    import gc
+    gc.collect()
 
 
-@makes_nodes
-def _attend(rc: int, kids: tuple, what: str = "a graph node") -> "Value":
-    """A creator's result that is no plain handle: a Python-held node
-    (PG_HELD - h), whose Value holds its operands' Values; or an error."""
-    if rc > _HELD:
-        _check(rc, what)
-    h = _HELD - rc
-    out = _new(Value)
+def _wrap(cls: type, h: int, claim: Any, a: Any, b: Any) -> "Value":
+    """The Value of new node h, owning it through ``claim`` and holding the
+    operands it was made from."""
+    out = _new(cls)
     out._h = h
-    out._hold = kids
-    try:
-        _values[h] = out
-    except IndexError:     # a segment id new to the table
-        _store(h, out)
-    _held_fresh.append(h)
+    out._s = claim
+    out._a = a
+    out._b = b
     return out
 
 
-@makes_nodes
-def _create(make: Callable[..., int], kids: tuple, *args: Any) -> "Value":
-    """A node from ``make(*args)``, wrapped (the path of the less frequent
-    ops; the hot dunders inline it).  ``kids``: the operand Values, held if
-    the result is Python-held."""
-    h = make(*args)
+def _create(cls: type, make: Callable[..., int], a: Any, b: Any, *args: Any,
+            what: str = "a graph node") -> "Value":
+    """A node from ``make(claim, *args)``, wrapped (the path of the less
+    frequent ops; the hot dunders inline it)."""
+    claim = _gc(_claim_new(), _drop)
+    h = make(claim, *args)
     if h < 0:
-        return _attend(h, kids)
-    out = _new(Value)
-    out._h = h
-    try:
-        _values[h] = out
-    except IndexError:     # a segment id new to the table
-        _store(h, out)
-    return out
+        _check(h, what)
+    return _wrap(cls, h, claim, a, b)
 
 
-@makes_nodes
-def _run(h: int, n: int, kids: Optional[Callable[[int], tuple]] = None) -> "list[Value]":
-    """Values for the n consecutive new nodes h, h + 1, ... (one segment);
-    with ``kids``, Python-held ones holding ``kids(j)``."""
-    _lifetime.reach(h + n - 1)
+def _run(h: int, n: int, run_claim: Any, holds: Any) -> "list[Value]":
+    """Values for the n consecutive new nodes h, h + 1, ... that
+    ``run_claim`` holds meanwhile: each takes a claim of its own (the run's
+    goes when the caller drops it), and holds ``holds``."""
     values = []
     for j in range(n):
-        v = _new(Value)
-        v._h = h + j
-        if kids is not None:
-            v._hold = kids(j)
-            _held_fresh.append(h + j)
-        _values[h + j] = v
-        values.append(v)
-    return values
+        values.append(_wrap(Value, h + j, _own(h + j), holds, None))
+    return values           # the caller drops run_claim after this
 
 
 # -- the node factory the rest of the package builds with (_backend for nn,
@@ -111,37 +76,28 @@ def _run(h: int, n: int, kids: Optional[Callable[[int], tuple]] = None) -> "list
 
 def make_nary(op: int, variant: int, handles: Any, n: int, kids: tuple = ()) -> "Value":
     """A fused n-ary node over the given C array of handles (of ``kids``)."""
-    return _create(lib.pg_nary, kids, op, variant, handles, n)
+    return _create(Value, lib.pg_nary, kids, None, op, variant, handles, n)
 
 
-@makes_nodes
 def make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
                 param_values: "Sequence[Value]" = (), xs: "Sequence[Value]" = ()) -> "list[Value]":
     """nout fused LINEAR nodes over shared inputs (pygrad.nn.Layer)."""
-    rc = lib.pg_linear_layer(act, params, x, nin, nout)
-    if rc >= 0:
-        return _run(rc, nout)
-    if rc > _HELD:
-        _check(rc, "a layer")
-    k = nin + 1
-    inputs = tuple(xs)
-    return _run(_HELD - rc, nout, lambda j: tuple(param_values[j * k:(j + 1) * k]) + inputs)
+    claim = _gc(_claim_new(), _drop)
+    h = _check(lib.pg_linear_layer(claim, act, params, x, nin, nout), "a layer")
+    return _run(h, nout, claim, (tuple(param_values), tuple(xs)))
 
 
-@makes_nodes
-def make_mlp(nlayers: int, acts: Any, params: Any, sizes: Any, x: Any,
-              nout: int) -> "Optional[list[Value]]":
+def make_mlp(nlayers: int, acts: Any, params: Any, sizes: Any, x: Any, nout: int,
+             holds: Any = ()) -> "list[Value]":
     """The layers of a fused MLP in one C call (pg_mlp): the hidden layers'
     outputs are nodes without Values (``_prev`` makes them on demand); the
-    last layer's ``nout`` outputs become Values.  None when an input or
-    parameter is Python-held: then the layers must be built one by one."""
-    rc = lib.pg_mlp(nlayers, acts, params, sizes, x)
-    if rc == lib.PG_E_HELD:
-        return None
-    return _run(_check(rc, "a model's layers"), nout)
+    last layer's ``nout`` outputs become Values, holding ``holds`` (the
+    model's parameters and the inputs)."""
+    claim = _gc(_claim_new(), _drop)
+    h = _check(lib.pg_mlp(claim, nlayers, acts, params, sizes, x), "a model's layers")
+    return _run(h, nout, claim, holds)
 
 
-@makes_nodes
 def make_leaves(data: "Sequence[float]") -> "list[Value]":
     """Leaves holding ``data`` (pygrad.data.to_values), one C call per
     segment's worth."""
@@ -150,33 +106,35 @@ def make_leaves(data: "Sequence[float]") -> "list[Value]":
     step = lib.PG_SEG_NODES
     for start in range(0, len(data), step):
         n = min(step, len(data) - start)
-        values += _run(_check(lib.pg_leaves(buf + start, n), "leaves"), n)
+        claim = _gc(_claim_new(), _drop)
+        h = _check(lib.pg_leaves(claim, buf + start, n), "leaves")
+        values += _run(h, n, claim, None)
     return values
 
 
 def make_function(data: float, kids: Any, partials: Any, n: int, name: str,
                    values: tuple = ()) -> "Value":
     """A pygrad.Function node with its captured partials."""
-    out = _create(lib.pg_function, values, data, kids, partials, n)
-    extras.get_or_create(out._h).op = name
+    out = _create(Value, lib.pg_function, values, None, data, kids, partials, n)
+    out._name = name
+    _made_later.add(out._h, out)        # replay's messages name it by handle
     return out
 
 
 _pg_leaf = lib.pg_leaf
-_closed_segments = lib.pg_closed_segments
 
 
-def _new_leaf(data: Any) -> int:
+def _new_leaf(claim: Any, data: Any) -> int:
     """A new leaf's handle (or a PG_E_*): ``Value(x)``'s C call, for any
     real x but a float."""
     t = type(data)
     if t is float or t is int:
         try:
-            h = lib.pg_leaf(data)      # cffi turns an int into a double as float(int) does
+            h = lib.pg_leaf(claim, data)   # cffi turns an int into a double as float(int) does
         except OverflowError:
-            h = lib.pg_leaf(value_data(data, Value))
+            h = lib.pg_leaf(claim, value_data(data, Value))
     else:
-        h = lib.pg_leaf(value_data(data, Value))
+        h = lib.pg_leaf(claim, value_data(data, Value))
     return h
 
 
@@ -193,14 +151,15 @@ def _other_operand(self: "Value", other: Any, make: Callable[..., int],
                    make_k: Callable[..., int], swapped: bool) -> "Value":
     """The less common operands of a binary dunder: a Value subclass, a
     huge int, bool, Fraction, numpy scalar, or no number at all."""
+    cls = type(self)
     if isinstance(other, Value):
         if swapped:
-            return _create(make, (other, self), other._h, self._h)
-        return _create(make, (self, other), self._h, other._h)
+            return _create(cls, make, other, self, other._h, self._h)
+        return _create(cls, make, self, other, self._h, other._h)
     k = real_or_none(other)
     if k is None:
         return _not_a_number(other)
-    return _create(make_k, (self,), *((k, self._h) if swapped else (self._h, k)))
+    return _create(cls, make_k, self, None, *((k, self._h) if swapped else (self._h, k)))
 
 
 def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
@@ -208,40 +167,41 @@ def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
 
     With a number, micrograd wraps it in a leaf Value; the op's
     ``pg_binary_k_<CODE>`` makes that leaf and the op node in one call.
-    Each op has its own C entry points, so that no op code is passed."""
+    Each op has its own C entry points, so that no op code is passed.  The
+    claim is made first and filled by the op (csrc/memory.c): an interrupt
+    anywhere drops it, and with it the node."""
     code = op.key.upper()
     make = getattr(lib, "pg_binary_" + code)
     make_k = getattr(lib, "pg_binary_k_" + code)
 
-    @makes_nodes
     def method(self: "Value", other: Any) -> "Value":
         t = type(other)
         if t is Value:
-            h = make(self._h, other._h)
+            claim = _gc(_claim_new(), _drop)
+            h = make(claim, self._h, other._h)
             if h >= 0:
-                out = _new(Value)
+                out = _new(type(self))
                 out._h = h
-                try:
-                    _values[h] = out
-                except IndexError:     # a segment id new to the table
-                    _store(h, out)
+                out._s = claim
+                out._a = self
+                out._b = other
                 return out
-            return _attend(h, (self, other))
+            _check(h, "a graph node")
         if t is float or t is int:
+            claim = _gc(_claim_new(), _drop)
             try:
                 # cffi turns an int into a double as float(int) does
-                h = make_k(self._h, other)
+                h = make_k(claim, self._h, other)
             except OverflowError:
                 return _other_operand(self, other, make, make_k, False)
             if h >= 0:
-                out = _new(Value)
+                out = _new(type(self))
                 out._h = h
-                try:
-                    _values[h] = out
-                except IndexError:     # a segment id new to the table
-                    _store(h, out)
+                out._s = claim
+                out._a = self
+                out._b = None
                 return out
-            return _attend(h, (self,))
+            _check(h, "a graph node")
         return _other_operand(self, other, make, make_k, False)
 
     method.__doc__ = doc
@@ -255,23 +215,22 @@ def _binary_swapped(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
     make = getattr(lib, "pg_binary_" + code)
     make_rk = getattr(lib, "pg_binary_rk_" + code)
 
-    @makes_nodes
     def method(self: "Value", other: Any) -> "Value":
         t = type(other)
         if t is float or t is int:
+            claim = _gc(_claim_new(), _drop)
             try:
-                h = make_rk(other, self._h)
+                h = make_rk(claim, other, self._h)
             except OverflowError:
                 return _other_operand(self, other, make, make_rk, True)
             if h >= 0:
-                out = _new(Value)
+                out = _new(type(self))
                 out._h = h
-                try:
-                    _values[h] = out
-                except IndexError:     # a segment id new to the table
-                    _store(h, out)
+                out._s = claim
+                out._a = self
+                out._b = None
                 return out
-            return _attend(h, (self,))
+            _check(h, "a graph node")
         return _other_operand(self, other, make, make_rk, True)
 
     method.__doc__ = doc
@@ -281,18 +240,18 @@ def _binary_swapped(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
 def _unary(op: _ops.Op, doc: str) -> Callable[["Value"], "Value"]:
     make = getattr(lib, "pg_unary_" + op.key.upper())
 
-    @makes_nodes
     def method(self: "Value") -> "Value":
-        h = make(self._h)
+        claim = _gc(_claim_new(), _drop)
+        h = make(claim, self._h)
         if h >= 0:
-            out = _new(Value)
+            out = _new(type(self))
             out._h = h
-            try:
-                _values[h] = out
-            except IndexError:     # a segment id new to the table
-                _store(h, out)
+            out._s = claim
+            out._a = self
+            out._b = None
             return out
-        return _attend(h, (self,))
+        _check(h, "a graph node")
+        raise AssertionError
 
     method.__doc__ = doc
     return method
@@ -334,12 +293,11 @@ def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], ind
     return property(fget, fset, doc=doc)
 
 
-# What _describe says of a node: op, flags, record index (<< 16); and the
-# op names of the table (None where the name depends on the node).
+# What _describe says of a node: op and flags; and the op names of the
+# table (None where the name depends on the node).
 _D_OP = 0xFF
 _D_PY_BACKWARD = lib.PG_F_PY_BACKWARD << 8
 _describe = lib.pg_describe
-_records = extras.items
 _CUSTOM = lib.PG_OP_CUSTOM
 _node_backward = lib.pg_node_backward
 _kid_pair = lib.pg_kid_pair
@@ -360,6 +318,34 @@ def _op_name(h: int, op: int) -> str:
     return ""
 
 
+def _operands(v: "Value") -> Iterator["Value"]:
+    """The Values ``v`` holds as its operands (``_a``, ``_b``: a Value,
+    None, or nested tuples of them)."""
+    stack = [getattr(v, "_b", None), getattr(v, "_a", None)]
+    while stack:
+        x = stack.pop()
+        if x is None:
+            continue
+        if type(x) is tuple:
+            stack.extend(reversed(x))
+        else:
+            yield x
+
+
+def _child_value(h: int, known: "dict[int, Value]", holds: Any) -> "Value":
+    """The Value of child node h: one its parent holds, one made for it
+    before (while it lives), or a new one, which holds ``holds``."""
+    v = known.get(h)
+    if v is not None:
+        return v
+    v = _made_later.get(h)
+    if v is not None:
+        return v
+    v = _wrap(Value, h, _own(h), holds, None)
+    _made_later.add(h, v)
+    return v
+
+
 from typing import TYPE_CHECKING  # noqa: E402  (beside its one use)
 
 if TYPE_CHECKING:
@@ -375,29 +361,33 @@ class Value(_ValueBase):
 
     ``Value(data, _children=(), _op='', label='')`` as in micrograd.  Data
     and grad are stored as C doubles; any other attribute can be set, as on
-    micrograd's Value.
+    micrograd's Value.  An op on a subclass of Value returns that subclass
+    (the class of the operand whose method runs: the left one, or the
+    Value when a number is on the left).
     """
 
-    __slots__ = ("_h", "_s", "_hold", "_kids", "_name", "_label", "_p", "__dict__", "__weakref__")
+    __slots__ = ("_h", "_s", "_a", "_b", "_kids", "_name", "_label", "_p", "__dict__",
+                 "__weakref__")
     _h: int
+    _s: Any          # the claim through which this Value owns its node
+    _a: Any          # the operand Values it was made from (or None, or tuples)
+    _b: Any
     _p: Any          # the node's data and grad (a cffi double *), once written; or None
     _kids: Optional[Set["Value"]]
     _name: str
     _label: str
 
-    @makes_nodes
     def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
                  label: str = "") -> None:
+        if getattr(self, "_s", None) is not None:
+            raise TypeError("a pygrad.Value is initialised once: make a new Value instead")
         if not _children and _op == "":      # a leaf: the common case
-            t = type(data)
-            h = _pg_leaf(data) if t is float else _new_leaf(data)
+            claim = _gc(_claim_new(), _drop)
+            h = _pg_leaf(claim, data) if type(data) is float else _new_leaf(claim, data)
             if h < 0:
                 _check(h, "a leaf")
             self._h = h
-            try:
-                _values[h] = self
-            except IndexError:     # a segment id new to the table
-                _store(h, self)
+            self._s = claim
             if label:
                 self.label = label
             return
@@ -410,33 +400,24 @@ class Value(_ValueBase):
         if type(_op) is not str or type(label) is not str:
             if not isinstance(_op, str) or not isinstance(label, str):
                 raise TypeError("Value _op and label must be str")
-        # Made in Python: held like a micrograd Value, its children too.  Its
-        # node is born held by its claim (made empty first, so a Ctrl-C
-        # anywhere leaves nothing held), and it is registered at once.
-        claim = _new_claim(_CLAIM)
+        # Made in Python, as micrograd's custom ops are: its backward is the
+        # closure set on it (None until then: micrograd's `lambda: None`),
+        # kept where micrograd keeps it, in the instance dict.
+        claim = _gc(_claim_new(), _drop)
         if len(kids) == 1:
-            rc = _custom1(x, kids[0]._h, claim)
+            h = _custom1(claim, x, kids[0]._h)
         else:
-            rc = lib.pg_custom(x, ffi.new("uint32_t[]", [c._h for c in kids]), len(kids), claim)
-        if rc > _HELD:
-            _check(rc, "a Value")
-        h = self._h = _HELD - rc
+            h = lib.pg_custom(claim, x, ffi.new("uint32_t[]", [c._h for c in kids]), len(kids))
+        if h < 0:
+            _check(h, "a Value")
+        self._h = h
         self._s = claim
-        self._hold = kids
+        self._a = kids
         self._p = None           # where its closure writes, found on the first write
         if kids:
-            # C hands this node to Python in backward() already; its closure
-            # (None: not set yet) lives where micrograd's does, in the
-            # instance dict (a slot would cost every Value a GC visit).
             self.__dict__["_backward"] = None
-        # The name of a custom node is its Value's: that Value lives as long
-        # as the node (the Values above hold it, for its closure's sake).
         self._name = _op
-        with _registration_lock:        # as every registration: a purge may run
-            refs = _registry.refs       # Registry.add, written out (one call less)
-            refs[h] = _ref(self)
-            if len(refs) > 2 * _registry.live:
-                _registry.purge()
+        _made_later.add(h, self)          # backward() finds its closure by handle
         if label:
             self.label = label
 
@@ -453,35 +434,32 @@ class Value(_ValueBase):
         """The op's name, for drawing (``'+'``, ``'*'``, ``'**2'``, ...):
         micrograd's, or what was set."""
         try:
-            return self._name       # a node's name never changes but by this setter
+            return self._name
         except AttributeError:
             pass
         h = self._h
-        d = _describe(h)
-        record = _records[d >> 16] if d >> 16 else None
-        name = record.op if record is not None else None
+        op = _describe(h) & _D_OP
+        name = _OP_NAMES[op]
         if name is None:
-            name = _OP_NAMES[d & _D_OP]
-            if name is None:
-                name = "" if d & _D_OP == _CUSTOM else _op_name(h, d & _D_OP)
+            name = "" if op == _CUSTOM else _op_name(h, op)
         self._name = name
         return name
 
     @_op.setter
     def _op(self, name: str) -> None:
-        # micrograd-style code names its own ops (out._op = '-'); the name is
-        # the node's, like its label.
+        # micrograd-style code names its own ops (out._op = '-')
         if not isinstance(name, str):
             raise TypeError(f"_op must be str, not {type(name).__name__}")
-        extras.get_or_create(self._h).op = name     # the node's, for a later Value of it
         self._name = name
 
     @property
     def _prev(self) -> Set["Value"]:
-        """The children, as micrograd's set of Values: the Values that exist
-        for them (yours, while you hold them), the same set on every read."""
+        """The children, as micrograd's set of Values: the Values this one
+        was made from (yours, with their class and attributes), and for a
+        node made without one (a number's leaf, a fused layer's hidden
+        node) a Value made on first read; the same set on every read."""
         try:
-            kids = self._kids       # None: a Value _prev made, not read yet
+            kids = self._kids
         except AttributeError:
             kids = None
         if kids is not None:
@@ -496,7 +474,9 @@ class Value(_ValueBase):
         else:
             handles = ffi.new("uint32_t[]", -pair)
             lib.pg_kids(h, handles, -pair)
-        kids = self._kids = set(_lifetime.values_of(handles, Value))
+        known = {v._h: v for v in _operands(self)}
+        holds = (getattr(self, "_a", None), getattr(self, "_b", None))
+        kids = self._kids = {_child_value(k, known, holds) for k in handles}
         return kids
 
     @_prev.setter
@@ -507,21 +487,16 @@ class Value(_ValueBase):
 
     @property
     def label(self) -> str:
-        """A name for drawing; it belongs to the node."""
+        """A name for drawing."""
         try:
-            return self._label      # set only by this Value's setter, as the node's
+            return self._label
         except AttributeError:
-            pass
-        e = _describe(self._h) >> 16
-        record = _records[e] if e else None
-        label = self._label = record.label if record is not None else ""
-        return label
+            return ""
 
     @label.setter
     def label(self, text: str) -> None:
         if not isinstance(text, str):
             raise TypeError(f"label must be str, not {type(text).__name__}")
-        extras.get_or_create(self._h).label = text  # the node's, for a later Value of it
         self._label = text
 
     @property
@@ -536,8 +511,6 @@ class Value(_ValueBase):
 
     @_backward.setter
     def _backward(self, fn: Callable[[], None]) -> None:
-        # A micrograd custom op: set it before the Value is used in another
-        # op, so that the Values above hold this one (and so the closure).
         if not callable(fn):
             raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
         own = self.__dict__
@@ -551,6 +524,7 @@ class Value(_ValueBase):
             return
         _check(lib.pg_set_py_backward(self._h), "a custom op")
         own["_backward"] = fn
+        _made_later.add(self._h, self)    # backward() finds its closure by handle
 
     def backward(self) -> None:
         """Backpropagate from this node: its grad is set to 1, every node
@@ -566,15 +540,12 @@ class Value(_ValueBase):
             raise MemoryError("pygrad: out of memory in backward()")
         if rc < 0:
             raise ValueError("pygrad: backward() on a Value whose node no longer exists")
-        if _closed_segments(_lifetime.peek, 1):
-            _lifetime.settle_closed()       # with the collector off, this is when
 
     # -- operators ----------------------------------------------------------
 
     # The other operator methods (__add__, exp, sin, ...) are made from the
     # op table (csrc/ops.def) below the class: see _add_op_methods.
 
-    @makes_nodes
     def __pow__(self, other: Any) -> "Value":
         """self ** other: a number exponent is a constant ('**2'), a Value
         exponent is differentiated too."""
@@ -590,19 +561,14 @@ class Value(_ValueBase):
             if k is None:
                 return _not_a_number(other)
             make = _powk_int if isinstance(other, numbers.Integral) else _powk_float
+        claim = _gc(_claim_new(), _drop)
         try:
-            h = make(self._h, k)
+            h = make(claim, self._h, k)
         except OverflowError:
             return _not_a_number(real_or_none(k))   # an int too large: ValueError
-        if h >= 0:
-            out = _new(Value)
-            out._h = h
-            try:
-                _values[h] = out
-            except IndexError:     # a segment id new to the table
-                _store(h, out)
-            return out
-        return _attend(h, (self,))
+        if h < 0:
+            _check(h, "a graph node")
+        return _wrap(type(self), h, claim, self, None)
 
     def __repr__(self) -> str:
         return f"Value(data={self.data}, grad={self.grad})"
@@ -627,17 +593,13 @@ def _record_backward(h: int) -> int:
     try:
         rc = lib.pg_backward(h, sweep)
         while rc > 0:
-            # No lock: the root's Values hold this one (_hold), so no settle
-            # can drop it; it is in the table, or registered before it left.
             h = rc - 1
-            v = _values[h] if h < len(_values) else None
+            v = _made_later.get(h)
             if v is None:
-                r = _registry.refs.get(h)
-                v = r() if r is not None else None
-            if v is None:
-                raise RuntimeError("pygrad: a custom op's _backward is gone: set _backward "
-                                   "before the Value is used in another op, as micrograd's "
-                                   "ops do")
+                raise RuntimeError("pygrad: a custom op's _backward is gone (its Value was "
+                                   "dropped while its node lived on): keep the Value, or set "
+                                   "_backward before it is used in another op, as "
+                                   "micrograd's ops do")
             fn = v.__dict__.get("_backward")
             if fn is not None:     # None: never set, micrograd's `lambda: None`
                 fn()

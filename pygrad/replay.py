@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Tuple, Unio
 
 from ._core import ffi, lib
 from ._numbers import not_a_number, real_array
-from ._lifetime import extras
+from ._lifetime import made_later
 from ._value_ops import Scalar
 from .engine import Value
 
@@ -210,8 +210,8 @@ def _check(rc: int, bad: int) -> None:
 
 def _describe(h: int) -> str:
     op = lib.pg_op(h)
-    extra = extras.get(h)
-    name = extra.op if extra is not None and extra.op else "?"
+    v = made_later.get(h)          # custom ops' and Functions' Values are there
+    name = (v._op or "?") if v is not None else "?"
     if op == lib.PG_OP_FUNCTION:
         return (f"the graph has a pygrad.Function node ({name!r}); its gradients were "
                 "captured when it was made, so it can't be replayed")

@@ -3,7 +3,8 @@ its Value: a garbage collection's callbacks and finalizers (the op allocates
 its Value), a signal handler.  Such code may make nodes until the op's
 segment is full, or call settle(), and so settle the segment the op's node
 sits in before the op has stored its Value.  The node must live on, and the
-op's result be whole (pygrad/_lifetime.py, "late")."""
+op's result be whole: its claim holds its node from the moment C makes it
+(csrc/memory.c)."""
 import gc
 import os
 import random
@@ -15,7 +16,6 @@ import pytest
 
 import pygrad
 from pygrad import Value, engine, nn
-from pygrad import _lifetime
 from pygrad.data import to_values
 from pygrad.functional import dot, logsumexp
 from pygrad.functional import sum as vsum
@@ -164,7 +164,6 @@ def test_a_settle_at_any_collection_inside_an_op_leaves_its_result_whole(kind):
     assert n > 1
     del leaves, op
     assert live() == before
-    assert not _lifetime.late
 
 
 def test_a_finalizer_that_copies_the_model_inside_an_op_leaves_it_whole():
@@ -205,7 +204,6 @@ def test_a_finalizer_that_copies_the_model_inside_an_op_leaves_it_whole():
         gc.set_threshold(*threshold)
     assert bad == 0
     live()
-    assert not _lifetime.late
 
 
 def test_a_settle_in_another_thread_while_code_runs_inside_an_op():
@@ -226,7 +224,6 @@ def test_a_settle_in_another_thread_while_code_runs_inside_an_op():
         c.backward()
         assert (a.grad, b.grad) == (2.0 * n, 1.5 * n)
     live()
-    assert not _lifetime.late
 
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="setitimer")
@@ -261,28 +258,6 @@ def test_a_signal_handler_that_makes_nodes_and_settles_mid_op():
     assert bad == 0
     assert fired[0] > 0
     live()
-    assert not _lifetime.late
-
-
-def test_a_node_kept_for_an_op_that_never_stores_goes_at_the_next_settle():
-    """A node made in C whose Value never comes (an op cut short by Ctrl-C
-    between C and its store), in a segment settled while another op is
-    under way: it is kept, as that op's might be, and the next settle
-    outside any op frees it."""
-    a, b = Value(1.5), Value(2.0)
-    before = live()
-
-    def cut_op_then_settle():
-        lib.pg_binary_MUL(a._h, b._h)       # what a cut op leaves: a node, no Value
-        fill_and_settle()
-
-    c, fired = with_code_at_return(lambda: a * b, "pg_binary_MUL", cut_op_then_settle)
-    assert fired
-    assert _lifetime.late, "the settle inside the op kept the nodes without Values"
-    assert c.data == 3.0
-    del c
-    assert live() == before
-    assert not _lifetime.late
 
 
 def test_a_finalizer_that_settles_while_a_settle_looks_at_the_stacks_does_not_hang():
@@ -340,37 +315,3 @@ def test_a_finalizer_that_settles_while_a_settle_looks_at_the_stacks_does_not_ha
         print("ok")
     """
     assert run_python(script).strip() == "ok"
-
-
-def test_a_ctrl_c_while_a_late_node_takes_its_value_is_redone():
-    """A Ctrl-C between registering a late node's Value and handing it the
-    claim (here: made pending as the registration returns) rises from the
-    settle; the next settle does it again, and the Value keeps its node."""
-    import _thread
-    a, b = Value(1.5), Value(2.0)
-    c, fired = with_code_at_return(lambda: a * b, "pg_binary_MUL", fill_and_settle)
-    assert fired and c._h in _lifetime.late and _lifetime.values[c._h] is c
-
-    add = _lifetime.Registry.add.__code__
-    armed = [True]
-
-    def tracer(frame, event, arg):
-        if (event == "return" and armed[0] and frame.f_code is add
-                and frame.f_back.f_code is _lifetime._settle_late.__code__):
-            armed[0] = False
-            _thread.interrupt_main()       # rises at the next check, before the claim
-        return tracer
-
-    sys.settrace(tracer)
-    try:
-        engine.settle()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sys.settrace(None)
-    assert not armed[0]
-    engine.settle()
-    assert not _lifetime.late
-    assert lib.pg_alive(c._h) and c.data == 3.0
-    c.backward()
-    assert (a.grad, b.grad) == (2.0, 1.5)

@@ -84,7 +84,6 @@ from pygrad.reference import _ieee
 from pygrad import reference as ref
 from pygrad._core import lib
 from pygrad import _lifetime, _ops
-from pygrad._lifetime import extras
 
 import internals
 from helpers import micrograd_style_tanh, same_double, show
@@ -325,15 +324,7 @@ class Interrupter:
 
 
 def in_collection_callback(frame) -> bool:
-    """Is this frame pygrad's collection callback, or under it?  That
-    code is not part of the action under test: a collection may run it
-    anywhere, and it hands an interrupt back to run after the collection
-    (tests/test_heap.py tests that)."""
-    callback = pygrad._lifetime._at_collection.__code__
-    while frame is not None:
-        if frame.f_code is callback:
-            return True
-        frame = frame.f_back
+    """pygrad registers no collection callback: no frame is one."""
     return False
 
 
@@ -370,7 +361,7 @@ def run_c(fn):
         INTERRUPTS.cut = tracer.fired
         note(f"interrupted at {tracer.fired}")
         # A lock left held would hang the next thread that needs it.
-        assert not _lifetime.lock()._is_owned() and not extras.lock._is_owned(), (
+        assert not _lifetime.made_later.lock._is_owned(), (
             f"the KeyboardInterrupt raised at {tracer.fired} left an engine lock held")
         raise Cut(tracer.fired) from None
     finally:

@@ -107,6 +107,11 @@ def test_failed_edge_allocation_changes_nothing(build):
 
 # -- bad input: refused before anything changes -------------------------------
 
+def C():
+    """An empty claim, owned (what every creator takes first)."""
+    return ffi.gc(lib.pg_claim_new(), lib.pg_claim_drop)
+
+
 def _handles(*hs):
     return ffi.new("uint32_t[]", list(hs))
 
@@ -114,7 +119,7 @@ def _handles(*hs):
 def _mlp(nlayers, acts, params, sizes, x):
     """lib.pg_mlp over Python lists (each layer's parameter handles a list)."""
     arrays = [_handles(*p) for p in params]
-    return lib.pg_mlp(nlayers, ffi.new("int[]", acts or [0]),
+    return lib.pg_mlp(C(), nlayers, ffi.new("int[]", acts or [0]),
                       ffi.new("uint32_t *[]", arrays or [ffi.NULL]),
                       ffi.new("uint32_t[]", sizes), _handles(*x))
 
@@ -128,31 +133,31 @@ def test_every_creator_refuses_bad_input_without_changes():
     before = counts(sid)
     E = lib.PG_E_ARG
     cases = {
-        "unary op": lib.pg_unary(lib.PG_OP_ADD, good),
-        "unary POWK": lib.pg_unary(lib.PG_OP_POWK, good),
-        "unary kid": lib.pg_unary(lib.PG_OP_EXP, bad),
-        "binary op": lib.pg_binary(lib.PG_OP_EXP, good, good),
-        "binary op range": lib.pg_binary(lib.PG_OP_COUNT, good, good),
-        "binary 2nd kid": lib.pg_binary(lib.PG_OP_MUL, good, bad),
-        "binary_k op": lib.pg_binary_k(lib.PG_OP_SUM, good, 1.0, 0),
-        "binary_k kid": lib.pg_binary_k(lib.PG_OP_MUL, bad, 1.0, 1),
-        "powk kid": lib.pg_powk(bad, 2.0, 1),
-        "entry binary": lib.pg_binary_MUL(good, bad),
-        "entry binary_k": lib.pg_binary_k_SUB(bad, 1.0),
-        "entry binary_rk": lib.pg_binary_rk_DIV(1.0, bad),
-        "entry unary": lib.pg_unary_TANH(bad),
-        "entry powk": lib.pg_powk_float(bad, 0.5),
-        "custom last kid": lib.pg_custom(1.0, _handles(good, good, bad), 3, ffi.new("pg_claim *")),
-        "nary op": lib.pg_nary(lib.PG_OP_MUL, 0, _handles(good, good), 2),
-        "nary FUNCTION": lib.pg_nary(lib.PG_OP_FUNCTION, 0, _handles(good), 1),
-        "nary empty": lib.pg_nary(lib.PG_OP_SUM, 0, _handles(good), 0),
-        "nary variant": lib.pg_nary(lib.PG_OP_SUM, 1, _handles(good), 1),
-        "nary linear odd": lib.pg_nary(lib.PG_OP_LINEAR, 0, _handles(good), 1),
-        "nary last kid": lib.pg_nary(lib.PG_OP_SUM, 0, _handles(good, good, bad), 3),
-        "layer act": lib.pg_linear_layer(9, _handles(good, good), _handles(good), 1, 1),
-        "layer nout": lib.pg_linear_layer(0, _handles(good), _handles(), 0, 0),
-        "layer x": lib.pg_linear_layer(0, _handles(good, good), _handles(bad), 1, 1),
-        "layer last param": lib.pg_linear_layer(1, _handles(good, good, good, bad),
+        "unary op": lib.pg_unary(C(), lib.PG_OP_ADD, good),
+        "unary POWK": lib.pg_unary(C(), lib.PG_OP_POWK, good),
+        "unary kid": lib.pg_unary(C(), lib.PG_OP_EXP, bad),
+        "binary op": lib.pg_binary(C(), lib.PG_OP_EXP, good, good),
+        "binary op range": lib.pg_binary(C(), lib.PG_OP_COUNT, good, good),
+        "binary 2nd kid": lib.pg_binary(C(), lib.PG_OP_MUL, good, bad),
+        "binary_k op": lib.pg_binary_k(C(), lib.PG_OP_SUM, good, 1.0, 0),
+        "binary_k kid": lib.pg_binary_k(C(), lib.PG_OP_MUL, bad, 1.0, 1),
+        "powk kid": lib.pg_powk(C(), bad, 2.0, 1),
+        "entry binary": lib.pg_binary_MUL(C(), good, bad),
+        "entry binary_k": lib.pg_binary_k_SUB(C(), bad, 1.0),
+        "entry binary_rk": lib.pg_binary_rk_DIV(C(), 1.0, bad),
+        "entry unary": lib.pg_unary_TANH(C(), bad),
+        "entry powk": lib.pg_powk_float(C(), bad, 0.5),
+        "custom last kid": lib.pg_custom(C(), 1.0, _handles(good, good, bad), 3),
+        "nary op": lib.pg_nary(C(), lib.PG_OP_MUL, 0, _handles(good, good), 2),
+        "nary FUNCTION": lib.pg_nary(C(), lib.PG_OP_FUNCTION, 0, _handles(good), 1),
+        "nary empty": lib.pg_nary(C(), lib.PG_OP_SUM, 0, _handles(good), 0),
+        "nary variant": lib.pg_nary(C(), lib.PG_OP_SUM, 1, _handles(good), 1),
+        "nary linear odd": lib.pg_nary(C(), lib.PG_OP_LINEAR, 0, _handles(good), 1),
+        "nary last kid": lib.pg_nary(C(), lib.PG_OP_SUM, 0, _handles(good, good, bad), 3),
+        "layer act": lib.pg_linear_layer(C(), 9, _handles(good, good), _handles(good), 1, 1),
+        "layer nout": lib.pg_linear_layer(C(), 0, _handles(good), _handles(), 0, 0),
+        "layer x": lib.pg_linear_layer(C(), 0, _handles(good, good), _handles(bad), 1, 1),
+        "layer last param": lib.pg_linear_layer(C(), 1, _handles(good, good, good, bad),
                                                 _handles(good), 1, 2),
         "mlp layers": _mlp(0, [0], [[good, good]], [1, 1], [good]),
         "mlp act": _mlp(1, [9], [[good, good]], [1, 1], [good]),
@@ -162,12 +167,19 @@ def test_every_creator_refuses_bad_input_without_changes():
         "mlp x": _mlp(1, [0], [[good, good]], [1, 1], [bad]),
         "mlp 2nd layer's last param": _mlp(2, [1, 0], [[good, good] * 2, [good, good, bad]],
                                            [1, 2, 1], [good]),
-        "leaves none": lib.pg_leaves(ffi.new("double[]", 1), 0),
-        "leaves too many": lib.pg_leaves(ffi.new("double[]", lib.PG_SEG_NODES + 1),
+        "leaves none": lib.pg_leaves(C(), ffi.new("double[]", 1), 0),
+        "leaves too many": lib.pg_leaves(C(), ffi.new("double[]", lib.PG_SEG_NODES + 1),
                                          lib.PG_SEG_NODES + 1),
-        "function last kid": lib.pg_function(1.0, _handles(good, bad),
+        "function last kid": lib.pg_function(C(), 1.0, _handles(good, bad),
                                              ffi.new("double[]", [1.0, 2.0]), 2),
     }
+    full = C()
+    assert lib.pg_hold(full, good) == 0
+    claims = {
+        "no claim": lib.pg_binary_MUL(ffi.NULL, good, good),
+        "claim in use": lib.pg_binary_MUL(full, good, good),
+    }
+    assert claims == {"no claim": lib.PG_E_NOMEM, "claim in use": E}
     for what, rc in cases.items():
         assert rc == E, f"{what}: {rc}"
         assert counts(sid) == before, what
@@ -325,12 +337,3 @@ def test_number_operands_of_every_kind():
     assert math.isnan((Value(-1.0) ** 0.5).data)
 
 
-def test_an_mlp_over_a_python_held_node_is_refused_without_changes():
-    """pg_mlp refuses Python-held inputs (PG_E_HELD: the caller builds layer
-    by layer, so that each output's Value holds its inputs')."""
-    a = Value(0.5)
-    held = Value(1.0, (a,), "mine")
-    w = Value(0.25)
-    before = counts(0)
-    assert _mlp(1, [0], [[w._h, w._h]], [1, 1], [held._h]) == lib.PG_E_HELD
-    assert counts(0) == before

@@ -215,28 +215,27 @@ def test_a_big_graph_dies_while_another_thread_builds(frequent_thread_switches):
     assert dropped[1] >= 3 * 100000      # x * w, a leaf 0.000001 and + per step
 
 
-def test_a_thread_that_settled_then_ended_leaves_another_threads_segment_open():
-    """settle() gives up the calling thread's segment, whose sid another
+def test_a_thread_that_gave_up_its_segment_then_ended_leaves_another_threads_segment_open():
+    """pg_close_current() gives up the calling thread's segment, whose sid another
     thread may take next; when the first thread ends, it must not close the
     segment now under that sid (the other thread's, with an op of its under
     way: its nodes would be freed before their Values came)."""
-    from pygrad import engine
     from pygrad._core import lib
 
-    engine.settle()                   # this thread: no current segment
+    lib.pg_close_current()            # this thread: no current segment
     ready, go = threading.Event(), threading.Event()
 
     def worker():
         tmp = Value(1.0) * 2          # a segment of its own
         del tmp
-        engine.settle()               # given up and recycled: its sid is free
+        lib.pg_close_current()        # given up and recycled: its sid is free
         ready.set()
         go.wait()
 
     t = threading.Thread(target=worker)
     t.start()
     ready.wait()
-    a = Value(3.0)                    # this thread's new segment, on that sid
+    a = Value(3.0) * 1.0              # this thread's new segment, on that sid
     room = lib.pg_room_left()
     go.set()
     t.join()
