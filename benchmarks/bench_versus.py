@@ -8,8 +8,10 @@ Each repeat runs one fresh process per tree, alternating (base, this, base,
 this, ...), so that load on a shared machine hits both alike.  Each process
 measures the eager tier on the same workloads:
 
+  dropped   ns per op whose result is dropped at once (a * b, 200,000 times)
   forward   ns per op building a 200,000-op chain (y * w + c, then relu)
   backward  ns per node of backward() over that chain
+  free      ns per node freeing that chain (del of its root)
   value     ns per Value(x) made (a leaf)
   moons     ms per step of micrograd's moons loop (its own nn code, written
             against Value, 30 samples, eager)
@@ -43,7 +45,18 @@ def chain(n):
     t = time.perf_counter()
     y.backward()
     bwd = (time.perf_counter() - t) / (3 * (n // 3))
-    return fwd, bwd
+    t = time.perf_counter()
+    del y
+    gc.collect()
+    free = (time.perf_counter() - t) / (3 * (n // 3))
+    return fwd, bwd, free
+
+def dropped(n):
+    a, b = Value(1.5), Value(2.0)
+    t = time.perf_counter()
+    for _ in range(n):
+        a * b
+    return (time.perf_counter() - t) / n
 
 def leaves(n):
     t = time.perf_counter()
@@ -150,9 +163,11 @@ def timed(figure, *args):
     gc.collect()
     return figure(*args)
 
-fwd, bwd = timed(chain, int(sys.argv[1]))
+fwd, bwd, free = timed(chain, int(sys.argv[1]))
 fused, replay = timed(fused_and_replay, 20)
-out = {"forward": fwd * 1e9, "backward": bwd * 1e9, "value": timed(leaves, 100_000) * 1e9,
+out = {"dropped": timed(dropped, int(sys.argv[1])) * 1e9,
+       "forward": fwd * 1e9, "backward": bwd * 1e9, "free": free * 1e9,
+       "value": timed(leaves, 100_000) * 1e9,
        "moons": timed(moons_step, 5) * 1e3, "fused": fused * 1e3, "replay": replay * 1e3,
        "batched": timed(batched, 2000) * 1e6}
 print(json.dumps(out))
@@ -177,11 +192,12 @@ def main(argv: "List[str] | None" = None) -> Dict[str, Dict[str, float]]:
     for _ in range(args.repeats):
         samples["base"].append(run(args.baseline, args.ops))
         samples["this"].append(run(here, args.ops))
-    med = {tree: {k: statistics.median(s[k] for s in runs) for k in runs[0]}
+    med = {tree: {k: statistics.median(s.get(k, float("nan")) for s in runs) for k in samples["this"][0]}
            for tree, runs in samples.items()}
     print(f"{'figure':<10} {'base':>10} {'this':>10} {'this/base':>10}   "
           f"(median of {args.repeats}, alternating processes)")
-    for k, unit in (("forward", "ns/op"), ("backward", "ns/node"), ("value", "ns/leaf"),
+    for k, unit in (("dropped", "ns/op"), ("forward", "ns/op"), ("backward", "ns/node"),
+                    ("free", "ns/node"), ("value", "ns/leaf"),
                     ("moons", "ms/step"), ("fused", "ms/step"), ("replay", "ms/step"),
                     ("batched", "µs/step")):
         b, t = med["base"][k], med["this"][k]

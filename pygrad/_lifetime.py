@@ -2,13 +2,23 @@
 state diagram).  Python decides when a node dies; pygrad reads no
 reference count.
 
-* **Claims.**  Every Value owns its node through a claim (``_s``): an empty
-  ``pg_claim`` from C, owned by ``ffi.gc`` so that C drops it when CPython
-  deallocates the owning cdata, which happens only once the Value itself
-  is deallocated (after its finalizers, and never for a Value they
-  resurrected).  A creator fills the claim as it makes the node, so an
-  interrupt between any two steps costs at most an empty claim, or the
-  node of the op it cut, dropped with the claim as the exception unwinds.
+* **Claims.**  Every Value owns its node through a claim (``_s``): a
+  ``pg_claim *`` from C, a cdata that the collector does not track and
+  nothing but the Value holds.  It dies only when the Value is
+  deallocated for real: after every finalizer, never for a Value one of
+  them resurrected, and after a collection's resurrection check when the
+  Value sits in a garbage cycle.  Its death fires a weak reference whose
+  callback is a C method, ``owners.pop``: the entry goes, and with it an
+  ``ffi.gc`` twin of the claim, whose destructor ``pg_claim_drop`` lets go
+  of the node.  No Python code runs in between, so an interrupt can't cut
+  it.  (The ``ffi.gc`` object can't be the Value's own: the collector runs
+  its destructor as a finalizer, before it knows whether a finalizer in
+  the same cycle resurrected the Value.  In ``owners``, reachable from a
+  module, it never is cyclic garbage.)
+* **Order.**  A claim is registered before a creator fills it, so an
+  interrupt between any two steps costs at most an empty claim's 16 bytes,
+  and the node of an op it cut goes with the claim as the exception
+  unwinds.
 * **Operands.**  A Value holds the Values it was made from (``_a``,
   ``_b``), as micrograd's ``_prev`` does, so a Value you made keeps its
   class, attributes and identity while a graph above it lives.
@@ -19,27 +29,33 @@ reference count.
   are there too: ``backward()`` finds their closures by handle.
 
 The interface ``engine`` uses: ``new_claim``, ``own``, ``check``,
-``made_later``.
+``made_later`` (and ``owners``, bound in its hot paths).
 """
-import os
-import threading
 import weakref
 from typing import Any, Dict, Optional
 
 from ._core import ffi, lib
 
-__all__ = ["new_claim", "own", "check", "made_later"]
+__all__ = ["new_claim", "own", "check", "made_later", "owners"]
 
 _gc = ffi.gc
 _claim_new = lib.pg_claim_new
 _drop = lib.pg_claim_drop
+_ref = weakref.ref
+
+#: weak reference to a live claim -> the ffi.gc twin that drops it.
+owners: Dict[Any, Any] = {}
+_pop = owners.pop
 
 
 def new_claim() -> Any:
-    """An empty claim, owned: C drops it (and releases what it holds) when
-    this object is deallocated.  Its C pointer is NULL when C had no memory
-    for it; a creator given one returns PG_E_NOMEM."""
-    return _gc(_claim_new(), _drop)
+    """An empty claim, registered: C drops it (and releases what it holds)
+    once this object is deallocated.  Its C pointer is NULL when C had no
+    memory for it; a creator given one returns PG_E_NOMEM.  (engine's hot
+    paths write these two lines out.)"""
+    claim = _claim_new()
+    owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
+    return claim
 
 
 def check(rc: int, what: str) -> int:
@@ -64,25 +80,24 @@ def own(h: int) -> Any:
 
 class MadeLater:
     """Handle -> Value, weakly, for Values made after their node (and for
-    custom ops' Values).  A dead entry only means "no Value now": its
-    node may have gone and its handle been reused, and the next lookup
-    makes a new Value.  Entries are purged when the table has doubled."""
+    custom ops' Values).  A dead entry only means "no Value now": its node
+    may have gone and its handle been reused, and the next lookup makes a
+    new Value.  When the table has doubled, a purge swaps in a copy without
+    the dead entries (no lock: an add that races a purge may be dropped, and
+    costs a second Value for that node, never a wrong one; backward() finds
+    a custom op's Value below its root all the same)."""
 
-    __slots__ = ("refs", "live", "lock")
+    __slots__ = ("refs", "live")
 
     def __init__(self) -> None:
         self.refs: Dict[int, "weakref.ref[Any]"] = {}
         self.live = 1024
-        # Adds and purges of several threads; re-entrant, since a finalizer
-        # run by a collection inside one may add a Value of its own.
-        self.lock = threading.RLock()
 
     def add(self, h: int, v: Any) -> None:
-        with self.lock:
-            refs = self.refs
-            refs[h] = weakref.ref(v)
-            if len(refs) > 2 * self.live:
-                self.purge()
+        refs = self.refs
+        refs[h] = weakref.ref(v)
+        if len(refs) > 2 * self.live:
+            self.purge()
 
     def get(self, h: int) -> Optional[Any]:
         r = self.refs.get(h)
@@ -91,12 +106,9 @@ class MadeLater:
         return v if v is not None and getattr(v, "_h", None) == h else None
 
     def purge(self) -> None:
-        with self.lock:
-            refs = self.refs
-            for h, r in list(refs.items()):
-                if r() is None and refs.get(h) is r:
-                    refs.pop(h, None)
-            self.live = max(1024, len(refs))
+        kept = {h: r for h, r in self.refs.copy().items() if r() is not None}
+        self.refs = kept
+        self.live = max(1024, len(kept))
 
     def __len__(self) -> int:
         return len(self.refs)
@@ -104,12 +116,3 @@ class MadeLater:
 
 made_later = MadeLater()
 
-
-def _after_fork_in_child() -> None:
-    # A fork from a busy thread may copy the lock held: the child's one
-    # thread starts with a free one.
-    made_later.lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)

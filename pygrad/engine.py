@@ -13,11 +13,13 @@ on the left.
 """
 import functools
 import numbers
+import weakref
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Set, Tuple
 
 from . import _ops
 from ._core import ffi, lib
 from ._lifetime import check as _check, made_later as _made_later, own as _own
+from ._lifetime import new_claim as _new_claim, owners as _owners
 from ._copies import new_leaf
 from ._numbers import real_or_none, value_data
 
@@ -27,6 +29,8 @@ _new = object.__new__
 _gc = ffi.gc
 _claim_new = lib.pg_claim_new
 _drop = lib.pg_claim_drop
+_ref = weakref.ref
+_pop = _owners.pop
 _powk_float, _powk_int = lib.pg_powk_float, lib.pg_powk_int
 
 
@@ -54,7 +58,7 @@ def _create(cls: type, make: Callable[..., int], a: Any, b: Any, *args: Any,
             what: str = "a graph node") -> "Value":
     """A node from ``make(claim, *args)``, wrapped (the path of the less
     frequent ops; the hot dunders inline it)."""
-    claim = _gc(_claim_new(), _drop)
+    claim = _new_claim()
     h = make(claim, *args)
     if h < 0:
         _check(h, what)
@@ -82,7 +86,7 @@ def make_nary(op: int, variant: int, handles: Any, n: int, kids: tuple = ()) -> 
 def make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
                 param_values: "Sequence[Value]" = (), xs: "Sequence[Value]" = ()) -> "list[Value]":
     """nout fused LINEAR nodes over shared inputs (pygrad.nn.Layer)."""
-    claim = _gc(_claim_new(), _drop)
+    claim = _new_claim()
     h = _check(lib.pg_linear_layer(claim, act, params, x, nin, nout), "a layer")
     return _run(h, nout, claim, (tuple(param_values), tuple(xs)))
 
@@ -93,7 +97,7 @@ def make_mlp(nlayers: int, acts: Any, params: Any, sizes: Any, x: Any, nout: int
     outputs are nodes without Values (``_prev`` makes them on demand); the
     last layer's ``nout`` outputs become Values, holding ``holds`` (the
     model's parameters and the inputs)."""
-    claim = _gc(_claim_new(), _drop)
+    claim = _new_claim()
     h = _check(lib.pg_mlp(claim, nlayers, acts, params, sizes, x), "a model's layers")
     return _run(h, nout, claim, holds)
 
@@ -106,7 +110,8 @@ def make_leaves(data: "Sequence[float]") -> "list[Value]":
     step = lib.PG_SEG_NODES
     for start in range(0, len(data), step):
         n = min(step, len(data) - start)
-        claim = _gc(_claim_new(), _drop)
+        claim = _claim_new()
+        _owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
         h = _check(lib.pg_leaves(claim, buf + start, n), "leaves")
         values += _run(h, n, claim, None)
     return values
@@ -177,7 +182,8 @@ def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
     def method(self: "Value", other: Any) -> "Value":
         t = type(other)
         if t is Value:
-            claim = _gc(_claim_new(), _drop)
+            claim = _claim_new()
+            _owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
             h = make(claim, self._h, other._h)
             if h >= 0:
                 out = _new(type(self))
@@ -188,7 +194,8 @@ def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
                 return out
             _check(h, "a graph node")
         if t is float or t is int:
-            claim = _gc(_claim_new(), _drop)
+            claim = _claim_new()
+            _owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
             try:
                 # cffi turns an int into a double as float(int) does
                 h = make_k(claim, self._h, other)
@@ -218,7 +225,8 @@ def _binary_swapped(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
     def method(self: "Value", other: Any) -> "Value":
         t = type(other)
         if t is float or t is int:
-            claim = _gc(_claim_new(), _drop)
+            claim = _claim_new()
+            _owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
             try:
                 h = make_rk(claim, other, self._h)
             except OverflowError:
@@ -241,7 +249,8 @@ def _unary(op: _ops.Op, doc: str) -> Callable[["Value"], "Value"]:
     make = getattr(lib, "pg_unary_" + op.key.upper())
 
     def method(self: "Value") -> "Value":
-        claim = _gc(_claim_new(), _drop)
+        claim = _claim_new()
+        _owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
         h = make(claim, self._h)
         if h >= 0:
             out = _new(type(self))
@@ -382,7 +391,8 @@ class Value(_ValueBase):
         if getattr(self, "_s", None) is not None:
             raise TypeError("a pygrad.Value is initialised once: make a new Value instead")
         if not _children and _op == "":      # a leaf: the common case
-            claim = _gc(_claim_new(), _drop)
+            claim = _claim_new()
+            _owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
             h = _pg_leaf(claim, data) if type(data) is float else _new_leaf(claim, data)
             if h < 0:
                 _check(h, "a leaf")
@@ -403,7 +413,8 @@ class Value(_ValueBase):
         # Made in Python, as micrograd's custom ops are: its backward is the
         # closure set on it (None until then: micrograd's `lambda: None`),
         # kept where micrograd keeps it, in the instance dict.
-        claim = _gc(_claim_new(), _drop)
+        claim = _claim_new()
+        _owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
         if len(kids) == 1:
             h = _custom1(claim, x, kids[0]._h)
         else:
@@ -535,7 +546,7 @@ class Value(_ValueBase):
         h = self._h
         rc = lib.pg_backward(h, ffi.NULL)
         if rc == lib.PG_E_SWEEP:
-            rc = _record_backward(h)
+            rc = _record_backward(self)
         if rc == lib.PG_E_NOMEM:
             raise MemoryError("pygrad: out of memory in backward()")
         if rc < 0:
@@ -561,7 +572,8 @@ class Value(_ValueBase):
             if k is None:
                 return _not_a_number(other)
             make = _powk_int if isinstance(other, numbers.Integral) else _powk_float
-        claim = _gc(_claim_new(), _drop)
+        claim = _claim_new()
+        _owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
         try:
             h = make(claim, self._h, k)
         except OverflowError:
@@ -585,16 +597,34 @@ class Value(_ValueBase):
         return _leaf, (type(self), self.data, self.grad, self.label), _state(self) or None
 
 
-def _record_backward(h: int) -> int:
+def _find_below(root: "Value", h: int) -> "Optional[Value]":
+    """The Value of node h among the Values ``root`` holds, transitively."""
+    seen, stack = set(), [root]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if v._h == h:
+            return v
+        stack.extend(_operands(v))
+    return None
+
+
+def _record_backward(root: "Value") -> int:
     """backward() when a Python closure may lie below h: C records the
     order and saves the grads, then runs the rules, handing each closure to
     Python; whatever stops it, the saved grads are put back."""
     sweep = ffi.gc(ffi.new("pg_sweep *"), lib.pg_sweep_clear)
     try:
-        rc = lib.pg_backward(h, sweep)
+        rc = lib.pg_backward(root._h, sweep)
         while rc > 0:
             h = rc - 1
             v = _made_later.get(h)
+            if v is None:
+                # Its entry went as a collection found it in a cycle, and a
+                # finalizer then resurrected it: look for it below the root.
+                v = _find_below(root, h)
             if v is None:
                 raise RuntimeError("pygrad: a custom op's _backward is gone (its Value was "
                                    "dropped while its node lived on): keep the Value, or set "
