@@ -3,20 +3,24 @@
  * pygrad learns it only from the deallocation of an object that owns the
  * node (a claim), never from a reference count.
  *
- * Seven concepts:
+ * Eight concepts:
  *   1. node     a slot of a segment.  It lives while its refs are above 0.
  *   2. refs     what holds a node: its parents (a parent holds each child
  *               once) and the claims on it.
- *   3. claim    Python's hold on a run of nodes (pg_claim: h, n).  Python
- *               makes it empty (pg_claim_new) and owns it by ffi.gc, whose
- *               destructor pg_claim_drop runs when CPython deallocates the
- *               owning cdata: after every finalizer, and never for an
- *               object a finalizer resurrected.  A creator fills the claim
- *               as it makes its nodes, so no node is ever unheld; an
- *               interrupt between two steps leaves at most an empty claim.
- *               A Value keeps its claim in its slot ``_s``, and its
- *               operands' Values in ``_a``/``_b``, as micrograd's _prev.
- *   4. segment  PG_SEG_NODES slots mapped from the OS, never moved, so a
+ *   3. claim    Python's hold on a run of nodes (pg_claim: h, n), made
+ *               empty by pg_claim_new and filled by a creator (or pg_hold),
+ *               so no node is ever unheld.  The Value keeps the claim's
+ *               cdata in its slot ``_s``: an object the collector does not
+ *               track, so it dies only when CPython deallocates the Value
+ *               (after every finalizer; never for a resurrected Value; after
+ *               the resurrection check when the Value is cyclic garbage).
+ *   4. owner    what turns that death into pg_claim_drop with no Python
+ *               code run: a weak reference to the claim's cdata, whose
+ *               callback (a dict's pop, in C) drops an ffi.gc twin of the
+ *               claim (pygrad/_lifetime.py).  The twin can't be the Value's
+ *               own: the collector runs ffi.gc's destructor as a finalizer,
+ *               before it knows whether the Value was resurrected.
+ *   5. segment  PG_SEG_NODES slots mapped from the OS, never moved, so a
  *               handle (sid << PG_SEG_BITS | offset) stays valid while its
  *               node lives.  Each thread bump-allocates in a segment of its
  *               own (its current one, open); a node is made after its
@@ -24,20 +28,21 @@
  *               (backward.c walks it).  A closed segment with no live node
  *               is recycled (its mapping pooled or unmapped, its sid
  *               reused); its dead pages go back to the OS before that.
- *   5. leaves   user leaves (pg_leaf, pg_leaves) live in leaf segments,
+ *   6. leaves   user leaves (pg_leaf, pg_leaves) live in leaf segments,
  *               whose dead slots are reused through a free list: a leaf has
  *               no children, so an old slot is below every parent it will
  *               get (pg_room opens a newer segment for them).  A kept leaf
  *               then costs its own slot, not a segment.
- *   6. free     a node whose refs reach 0 is freed, and its children lose
+ *   7. free     a node whose refs reach 0 is freed, and its children lose
  *               a parent: a cascade over an intrusive work list, never the
  *               C stack.
- *   7. lock     one mutex over all of it (cffi lets the GIL go, so the GIL
+ *   8. lock     one mutex over all of it (cffi lets the GIL go, so the GIL
  *               guards nothing here); fork takes it so the child starts
  *               with it free.
  *
- *      claim made empty ──(creator)──► claim holds nodes ──(owner deallocated:
- *                                                   pg_claim_drop)──► refs-1
+ *      claim made empty ──(registered: owner)──(creator fills it)──► holds nodes
+ *        ──(Value deallocated ─► claim cdata dies ─► weakref callback pops
+ *           the ffi.gc twin ─► pg_claim_drop)──► its nodes' refs - 1
  *      node: made (refs: its claim) ──► held (claims, parents) ──(refs 0)──► freed
  *             ▲ a leaf reuses a free slot of a leaf segment ◄───────────────┘
  *      segment: open (one thread's) ──► closed ──(live 0)──► recycled
