@@ -32,14 +32,15 @@ The interface ``engine`` uses: ``new_claim``, ``own``, ``check``,
 ``made_later`` (and ``owners``, bound in its hot paths).
 """
 import weakref
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from ._core import ffi, lib
 
 __all__ = ["new_claim", "own", "check", "made_later", "owners"]
 
 _gc = ffi.gc
-_claim_new = lib.pg_claim_new
+# Any: cffi returns a plain cdata (the stub names the struct it points to)
+_claim_new: Callable[[], Any] = lib.pg_claim_new
 _drop = lib.pg_claim_drop
 _ref = weakref.ref
 

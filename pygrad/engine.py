@@ -27,7 +27,8 @@ __all__ = ["Value", "settle"]
 
 _new = object.__new__
 _gc = ffi.gc
-_claim_new = lib.pg_claim_new
+# Any: cffi returns a plain cdata (the stub names the struct it points to)
+_claim_new: Callable[[], Any] = lib.pg_claim_new
 _drop = lib.pg_claim_drop
 _ref = weakref.ref
 _pop = _owners.pop
@@ -46,7 +47,7 @@ def settle() -> None:
 def _wrap(cls: type, h: int, claim: Any, a: Any, b: Any) -> "Value":
     """The Value of new node h, owning it through ``claim`` and holding the
     operands it was made from."""
-    out = _new(cls)
+    out: Value = _new(cls)
     out._h = h
     out._s = claim
     out._a = a
