@@ -27,7 +27,8 @@ def fresh_segment() -> int:
     first n-ary node allocates one) and return its sid."""
     gc.collect()
     lib.pg_close_current()
-    anchor = Value(0.0)                 # the new segment's first node
+    anchor = Value(0.0) * 1.0           # the new segment's first node (a leaf goes
+                                        # to a leaf segment: an op's node opens it)
     _anchors.append(anchor)
     return anchor._h >> lib.PG_SEG_BITS
 
