@@ -135,6 +135,7 @@ void pg_lock(void) {
 void pg_unlock(void) { pg_mutex_unlock(&lock); }
 
 static void close_segment(pg_seg *seg);
+static void discard_pool_pages(pg_seg *seg);
 
 #ifndef _WIN32
 /* fork() copies the lock in whatever state another thread left it: take it
@@ -218,8 +219,12 @@ static void recycle(pg_seg *seg) {
     pg_segtab[seg->sid] = NULL;
     free_sids[n_free_sids++] = seg->sid;
     live_segs--;
-    /* A mapping the OS would not take back stays pooled: never lost. */
+    /* A mapping the OS would not take back stays pooled: never lost.  A
+     * pooled mapping's pages past the header go back to the OS (advice: a
+     * page fault each when reused), so a pool of freed graphs holds no
+     * resident memory. */
     if (pool_len < PG_POOL_MAX || pg_unmap(seg, sizeof(pg_seg)) != 0) {
+        discard_pool_pages(seg);
         seg->next_free = pool;
         pool = seg;
         pool_len++;
@@ -246,10 +251,10 @@ static int unheld(const pg_node *n) {
 static void discard_dead_pages(pg_seg *seg);
 
 /* Free node h (nothing holds it) and whatever that leaves unheld.  A
- * leaf segment's slot goes on its free list; a closed segment past three
- * quarters dead gives its dead pages back to the OS (once per segment, as
- * live only falls; the first PG_DISCARD_MAX segments of a cascade: the
- * pages are only advice). */
+ * leaf segment's slot goes on its free list; a closed segment gives its
+ * dead pages back to the OS as it passes three quarters dead, 31/32 dead
+ * and one node left (live only falls; the first PG_DISCARD_MAX segments of
+ * a cascade: the pages are only advice). */
 #define PG_DISCARD_MAX 64u
 /* A cascade that frees many nodes, in a call that holds the GIL (a Value's
  * claim released as it dies), lets the GIL go once it is long, so other
@@ -301,8 +306,9 @@ static void free_cascade(uint32_t h) {
         }
         if (--seg->live == 0) {
             if (recyclable(seg)) recycle(seg);
-        } else if (!seg->open && !seg->leaves && seg->live == seg->used / 4
-                   && ndiscard < PG_DISCARD_MAX) {
+        } else if (!seg->open && !seg->leaves && ndiscard < PG_DISCARD_MAX
+                   && (seg->live == seg->used / 4 || seg->live == seg->used / 32
+                       || seg->live == 1)) {
             discard[ndiscard++] = seg->sid;
         }
         h = next;
@@ -338,6 +344,18 @@ static void discard_dead_pages(pg_seg *seg) {
         if (hi > lo && madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) advice_refused++;
         i = j;
     }
+#else
+    (void)seg;
+#endif
+}
+
+static void discard_pool_pages(pg_seg *seg) {
+#if defined(MADV_DONTNEED) && !defined(_WIN32)
+    const uintptr_t page = os_page();
+    if (page == 0 || (page & (page - 1)) != 0) return;
+    uintptr_t lo = ((uintptr_t)seg->nodes + page - 1) & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)(seg + 1)) & ~(page - 1);
+    if (hi > lo && madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) advice_refused++;
 #else
     (void)seg;
 #endif

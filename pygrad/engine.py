@@ -470,10 +470,7 @@ class Value(_ValueBase):
         was made from (yours, with their class and attributes), and for a
         node made without one (a number's leaf, a fused layer's hidden
         node) a Value made on first read; the same set on every read."""
-        try:
-            kids = self._kids
-        except AttributeError:
-            kids = None
+        kids = getattr(self, "_kids", None)
         if kids is not None:
             return kids
         h = self._h
@@ -482,6 +479,18 @@ class Value(_ValueBase):
             if not pair:                # a leaf
                 kids = self._kids = set()
                 return kids
+            # The common case first: the operands this Value holds are its
+            # node's children, in order.
+            a = getattr(self, "_a", None)
+            if a is not None and type(a) is not tuple and a._h == (pair >> 2) & 0x3FFFFFFF:
+                n = pair & 3
+                if n == 1:
+                    kids = self._kids = {a}
+                    return kids
+                b = self._b
+                if b is not None and b._h == pair >> 32:
+                    kids = self._kids = {a, b}
+                    return kids
             handles: Any = ((pair >> 2) & 0x3FFFFFFF, pair >> 32)[:pair & 3]
         else:
             handles = ffi.new("uint32_t[]", -pair)
