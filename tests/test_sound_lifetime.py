@@ -233,7 +233,7 @@ def test_fork_while_another_thread_builds():
                 b.backward()
         t = threading.Thread(target=builder); t.start()
         codes = []
-        for k in range(8):
+        for k in range(4):
             pid = os.fork()
             if pid == 0:
                 x = Value(3.0)
@@ -244,7 +244,7 @@ def test_fork_while_another_thread_builds():
         stop.set(); t.join()
         print(codes.count(0))
     """
-    assert run_python(script, timeout=600).strip() == "8"
+    assert run_python(script, timeout=600).strip() == "4"
 
 
 def _ops_to_cut():
@@ -300,7 +300,8 @@ def test_a_ctrl_c_at_any_instruction_of_an_op_leaks_nothing_and_is_never_lost(ki
             gc.collect()
             assert internals.live_nodes() == base, kind
             break
-        gc.collect()
+        # No collection: an op makes no cycle, so what a cut leaves goes as
+        # the exception unwinds (the last check, after one, would see more).
         assert internals.live_nodes() == base, f"{kind}: cut at opcode {n} leaked a node"
     assert n > 3
 
