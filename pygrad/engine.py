@@ -52,6 +52,7 @@ def _wrap(cls: type, h: int, claim: Any, a: Any, b: Any) -> "Value":
     out._s = claim
     out._a = a
     out._b = b
+    out._kids = None        # _prev's cache, empty (a slot read, no exception)
     return out
 
 
@@ -192,6 +193,7 @@ def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
                 out._s = claim
                 out._a = self
                 out._b = other
+                out._kids = None
                 return out
             _check(h, "a graph node")
         if t is float or t is int:
@@ -208,6 +210,7 @@ def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
                 out._s = claim
                 out._a = self
                 out._b = None
+                out._kids = None
                 return out
             _check(h, "a graph node")
         return _other_operand(self, other, make, make_k, False)
@@ -238,6 +241,7 @@ def _binary_swapped(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
                 out._s = claim
                 out._a = self
                 out._b = None
+                out._kids = None
                 return out
             _check(h, "a graph node")
         return _other_operand(self, other, make, make_rk, True)
@@ -258,7 +262,8 @@ def _unary(op: _ops.Op, doc: str) -> Callable[["Value"], "Value"]:
             out._h = h
             out._s = claim
             out._a = self
-            out._b = None
+            out._b = self           # both operands known: _prev needs no call
+            out._kids = None
             return out
         _check(h, "a graph node")
         raise AssertionError
@@ -399,6 +404,7 @@ class Value(_ValueBase):
                 _check(h, "a leaf")
             self._h = h
             self._s = claim
+            self._a = self._b = self._kids = None
             if label:
                 self.label = label
             return
@@ -424,6 +430,7 @@ class Value(_ValueBase):
             _check(h, "a Value")
         self._h = h
         self._s = claim
+        self._kids = self._b = None
         self._a = kids
         self._p = None           # where its closure writes, found on the first write
         if kids:
@@ -470,27 +477,26 @@ class Value(_ValueBase):
         was made from (yours, with their class and attributes), and for a
         node made without one (a number's leaf, a fused layer's hidden
         node) a Value made on first read; the same set on every read."""
-        kids = getattr(self, "_kids", None)
+        try:
+            kids = self._kids       # None until the first read
+        except AttributeError:      # a Value made without __init__ (cls.__new__)
+            kids = None
         if kids is not None:
             return kids
+        # The common case first: an op's Value holds both its operands (a
+        # unary op's twice), which are its node's children.
+        a = getattr(self, "_a", None)
+        if a is not None and type(a) is not tuple:
+            b = self._b
+            if b is not None:
+                kids = self._kids = {a, b}
+                return kids
         h = self._h
         pair = _kid_pair(h)
         if pair >= 0:
             if not pair:                # a leaf
                 kids = self._kids = set()
                 return kids
-            # The common case first: the operands this Value holds are its
-            # node's children, in order.
-            a = getattr(self, "_a", None)
-            if a is not None and type(a) is not tuple and a._h == (pair >> 2) & 0x3FFFFFFF:
-                n = pair & 3
-                if n == 1:
-                    kids = self._kids = {a}
-                    return kids
-                b = self._b
-                if b is not None and b._h == pair >> 32:
-                    kids = self._kids = {a, b}
-                    return kids
             handles: Any = ((pair >> 2) & 0x3FFFFFFF, pair >> 32)[:pair & 3]
         else:
             handles = ffi.new("uint32_t[]", -pair)
@@ -590,7 +596,7 @@ class Value(_ValueBase):
             return _not_a_number(real_or_none(k))   # an int too large: ValueError
         if h < 0:
             _check(h, "a graph node")
-        return _wrap(type(self), h, claim, self, None)
+        return _wrap(type(self), h, claim, self, self)   # one child: self (see _prev)
 
     def __repr__(self) -> str:
         return f"Value(data={self.data}, grad={self.grad})"
