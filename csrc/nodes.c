@@ -80,13 +80,13 @@ static int32_t make_fixed(pg_claim *c, int op, uint32_t a, uint32_t b, double k,
         h = pg_take_nodes(seg, nodes);
         uint32_t out = (uint32_t)h;
         if (konst) {
-            uint32_t c = out++;
-            pg_node *leaf = pg_N(c);
+            uint32_t lh = out++;
+            pg_node *leaf = pg_N(lh);
             pg_node_init(leaf, PG_OP_LEAF);
             leaf->data = k;
             k = 0.0;
-            if (konst == 2) kids[1] = a, kids[0] = c;
-            else kids[1] = c;
+            if (konst == 2) kids[1] = a, kids[0] = lh;
+            else kids[1] = lh;
         }
         pg_node *n = pg_N(out);
         pg_node_init(n, op);
