@@ -112,8 +112,7 @@ def make_leaves(data: "Sequence[float]") -> "list[Value]":
     step = lib.PG_SEG_NODES
     for start in range(0, len(data), step):
         n = min(step, len(data) - start)
-        claim = _claim_new()
-        _owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
+        claim = _new_claim()
         h = _check(lib.pg_leaves(claim, buf + start, n), "leaves")
         values += _run(h, n, claim, None)
     return values
@@ -420,8 +419,7 @@ class Value(_ValueBase):
         # Made in Python, as micrograd's custom ops are: its backward is the
         # closure set on it (None until then: micrograd's `lambda: None`),
         # kept where micrograd keeps it, in the instance dict.
-        claim = _claim_new()
-        _owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
+        claim = _new_claim()
         if len(kids) == 1:
             h = _custom1(claim, x, kids[0]._h)
         else:
