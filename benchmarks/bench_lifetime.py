@@ -15,7 +15,9 @@ Each (case, engine) runs in a fresh process.  Memory is read from
               (``Value(t, (x,), 'tanh')`` with a ``_backward`` closure),
               backpropagated and dropped: MB of RSS after, against before.
   free_2m     a 2,000,000-node chain built, backpropagated and dropped: MB of
-              RSS after, against before.
+              RSS after, against before (mb_after); and after the next leaf
+              (mb_next: pygrad's owner table gives its room back when pygrad
+              next runs Python, a leaf or a backward()).
   prev_walk   the first topological walk over ``_prev`` of a 20,000-node
               graph (micrograd's build_topo, iterative): µs per node.
   lecture     micrograd's lecture-style manual backward over that graph
@@ -140,7 +142,9 @@ elif case == "free_2m":
         y.backward()
     del y
     gc.collect(); rss1, _ = statm()
-    out = {"mb_after": (rss1 - rss0) / 2**20}
+    Value(0.0)        # pygrad runs Python again: its owner table gives its room back
+    rss2, _ = statm()
+    out = {"mb_after": (rss1 - rss0) / 2**20, "mb_next": (rss2 - rss0) / 2**20}
 elif case in ("prev_walk", "lecture"):
     n = 20000
     y = graph(n)

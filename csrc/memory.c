@@ -15,11 +15,13 @@
  *               (after every finalizer; never for a resurrected Value; after
  *               the resurrection check when the Value is cyclic garbage).
  *   4. owner    what turns that death into pg_claim_drop with no Python
- *               code run: a weak reference to the claim's cdata, whose
- *               callback (a dict's pop, in C) drops an ffi.gc twin of the
- *               claim (pygrad/_lifetime.py).  The twin can't be the Value's
- *               own: the collector runs ffi.gc's destructor as a finalizer,
- *               before it knows whether the Value was resurrected.
+ *               code run: a weak reference to the claim's cdata that
+ *               carries an ffi.gc twin of the claim, kept in a set whose
+ *               discard (in C) is the callback (pygrad/_lifetime.py).  The
+ *               twin can't be the Value's own: the collector runs ffi.gc's
+ *               destructor as a finalizer, before it knows whether the
+ *               Value was resurrected.  Claims come from slabs mapped from
+ *               the OS, so a freed graph's claims go back to it.
  *   5. segment  PG_SEG_NODES slots mapped from the OS, never moved, so a
  *               handle (sid << PG_SEG_BITS | offset) stays valid while its
  *               node lives.  Each thread bump-allocates in a segment of its
@@ -41,8 +43,9 @@
  *               with it free.
  *
  *      claim made empty ──(registered: owner)──(creator fills it)──► holds nodes
- *        ──(Value deallocated ─► claim cdata dies ─► weakref callback pops
- *           the ffi.gc twin ─► pg_claim_drop)──► its nodes' refs - 1
+ *        ──(Value deallocated ─► claim cdata dies ─► its owner leaves the
+ *           set and dies ─► the ffi.gc twin dies ─► pg_claim_drop)──► its
+ *           nodes' refs - 1
  *      node: made (refs: its claim) ──► held (claims, parents) ──(refs 0)──► freed
  *             ▲ a leaf reuses a free slot of a leaf segment ◄───────────────┘
  *      segment: open (one thread's) ──► closed ──(live 0)──► recycled
@@ -451,14 +454,17 @@ pg_seg *pg_leaf_room(uint32_t nodes, int32_t *err) {
 /* -- claims ------------------------------------------------------------------ */
 
 /* Claims are carved from slabs of PG_CLAIM_SLAB (no malloc per Value); a
- * free claim keeps its slab's next free index + 1 in h.  A slab with no
- * claim in use goes back to the heap, but for one kept for the next. */
-#define PG_CLAIM_SLAB 1024u
+ * free claim keeps its slab's next free index + 1 in h.  Slabs are mapped
+ * from the OS, not the heap: a slab with no claim in use is unmapped (but
+ * for one kept for the next), so a freed big graph's claims go back to the
+ * OS at once, where the heap would keep them below its trim threshold. */
+#define PG_CLAIM_SLAB 16382u
 typedef struct pg_claim_slab {
     struct pg_claim_slab *prev, *next;   /* slabs with room */
     uint32_t free, used, live, listed;
     pg_claim c[PG_CLAIM_SLAB];
 } pg_claim_slab;
+_Static_assert(sizeof(pg_claim_slab) <= 256 * 1024, "a claim slab is one 256 KiB mapping");
 static pg_claim_slab *roomy;
 static uint32_t empty_slabs;
 
@@ -480,7 +486,7 @@ pg_claim *pg_claim_new(void) {
     pg_lock();
     pg_claim_slab *s = roomy;
     if (s == NULL) {
-        s = pg_malloc(sizeof(pg_claim_slab));
+        s = pg_alloc_fails() ? NULL : os_map(sizeof(pg_claim_slab));
         if (s == NULL) {
             pg_unlock();
             return NULL;
@@ -524,10 +530,11 @@ void pg_claim_drop(pg_claim *c) {
     c->h = s->free;
     s->free = (uint32_t)(c - s->c) + 1;
     if (!s->listed) slab_link(s);
+    /* A slab the OS would not take back stays listed, empty: never lost. */
     if (--s->live == 0 && ++empty_slabs > 1) {
         slab_unlink(s);
-        empty_slabs--;
-        free(s);
+        if (pg_unmap(s, sizeof(pg_claim_slab)) == 0) empty_slabs--;
+        else slab_link(s);
     }
     unlock_after_cascade();
 }

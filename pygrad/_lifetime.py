@@ -7,14 +7,18 @@ reference count.
   nothing but the Value holds.  It dies only when the Value is
   deallocated for real: after every finalizer, never for a Value one of
   them resurrected, and after a collection's resurrection check when the
-  Value sits in a garbage cycle.  Its death fires a weak reference whose
-  callback is a C method, ``owners.pop``: the entry goes, and with it an
-  ``ffi.gc`` twin of the claim, whose destructor ``pg_claim_drop`` lets go
-  of the node.  No Python code runs in between, so an interrupt can't cut
-  it.  (The ``ffi.gc`` object can't be the Value's own: the collector runs
-  its destructor as a finalizer, before it knows whether a finalizer in
-  the same cycle resurrected the Value.  In ``owners``, reachable from a
-  module, it never is cyclic garbage.)
+  Value sits in a garbage cycle.
+* **Owners.**  An ``Owner`` is a weak reference to the claim's cdata that
+  carries an ``ffi.gc`` twin of the claim, whose destructor
+  ``pg_claim_drop`` lets go of the node.  The set ``owners`` keeps it; its
+  callback is ``owners.discard``, a C method: when the claim dies the
+  Owner leaves the set and dies, and the twin with it.  No Python code
+  runs in between, so an interrupt can't cut it.  (The twin can't be the
+  Value's own: the collector runs ffi.gc's destructor as a finalizer,
+  before it knows whether a finalizer in the same cycle resurrected the
+  Value.  In ``owners``, reachable from a module, it never is cyclic
+  garbage.)  A set gives its room back in one C call, which a dict can't
+  (``compact``).
 * **Order.**  A claim is registered before a creator fills it, so an
   interrupt between any two steps costs at most an empty claim's 16 bytes,
   and the node of an op it cut goes with the claim as the exception
@@ -29,34 +33,68 @@ reference count.
   are there too: ``backward()`` finds their closures by handle.
 
 The interface ``engine`` uses: ``new_claim``, ``own``, ``check``,
-``made_later`` (and ``owners``, bound in its hot paths).
+``compact``, ``made_later`` (and ``Owner`` and ``owners``, bound in its
+hot paths).
 """
+import sys
 import weakref
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Set
 
 from ._core import ffi, lib
 
-__all__ = ["new_claim", "own", "check", "made_later", "owners"]
+__all__ = ["new_claim", "own", "check", "compact", "made_later", "Owner", "owners"]
 
 _gc = ffi.gc
 # Any: cffi returns a plain cdata (the stub names the struct it points to)
 _claim_new: Callable[[], Any] = lib.pg_claim_new
 _drop = lib.pg_claim_drop
-_ref = weakref.ref
+_sizeof = sys.getsizeof
 
-#: weak reference to a live claim -> the ffi.gc twin that drops it.
-owners: Dict[Any, Any] = {}
-_pop = owners.pop
+
+class Owner(weakref.ref):
+    """A weak reference to a claim's cdata that keeps the claim's ffi.gc
+    twin (``twin``) until the claim dies."""
+
+    __slots__ = ("twin",)
+    twin: Any
+    # By identity: a weak reference hashes its referent, and fails once the
+    # referent is dead if it never did (an Owner whose op an interrupt cut
+    # before it reached the set).  These are object's own C slots: no
+    # Python code runs in ``owners.discard``.
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
+
+
+#: the Owners of live claims
+owners: Set[Owner] = set()
+_discard = owners.discard
 
 
 def new_claim() -> Any:
     """An empty claim, registered: C drops it (and releases what it holds)
     once this object is deallocated.  Its C pointer is NULL when C had no
     memory for it; a creator given one returns PG_E_NOMEM.  (engine's hot
-    paths write these two lines out.)"""
+    paths write these lines out.)"""
     claim = _claim_new()
-    owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
+    owner = Owner(claim, _discard)
+    owner.twin = _gc(claim + 0, _drop)
+    owners.add(owner)
+    compact()
     return claim
+
+
+def compact() -> None:
+    """Give back the owner table's room once most of the Values it served
+    have died (a freed big graph), as micrograd's memory goes back with its
+    Values.  A set never shrinks as entries leave; ``intersection_update``
+    with itself rebuilds it at its live size in one C call, with no Python
+    code and no thread switch inside: a claim that dies during it (in a
+    collection as the new table's set is allocated) leaves the old table
+    before it is copied.  Called where pygrad runs
+    Python anyway: a leaf, ``backward()``, the slower creators."""
+    size = _sizeof(owners)
+    if size > 1 << 20 and size > len(owners) << 8:
+        owners.intersection_update(owners)
 
 
 def check(rc: int, what: str) -> int:

@@ -13,13 +13,13 @@ on the left.
 """
 import functools
 import numbers
-import weakref
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Set, Tuple
 
 from . import _ops
 from ._core import ffi, lib
 from ._lifetime import check as _check, made_later as _made_later, own as _own
-from ._lifetime import new_claim as _new_claim, owners as _owners
+from ._lifetime import Owner as _Owner, compact as _compact, new_claim as _new_claim
+from ._lifetime import owners as _owners
 from ._copies import new_leaf
 from ._numbers import real_or_none, value_data
 
@@ -30,8 +30,7 @@ _gc = ffi.gc
 # Any: cffi returns a plain cdata (the stub names the struct it points to)
 _claim_new: Callable[[], Any] = lib.pg_claim_new
 _drop = lib.pg_claim_drop
-_ref = weakref.ref
-_pop = _owners.pop
+_add_owner, _discard = _owners.add, _owners.discard
 _powk_float, _powk_int = lib.pg_powk_float, lib.pg_powk_int
 
 
@@ -184,7 +183,9 @@ def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
         t = type(other)
         if t is Value:
             claim = _claim_new()
-            _owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
+            owner = _Owner(claim, _discard)
+            owner.twin = _gc(claim + 0, _drop)
+            _add_owner(owner)
             h = make(claim, self._h, other._h)
             if h >= 0:
                 out = _new(type(self))
@@ -197,7 +198,9 @@ def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
             _check(h, "a graph node")
         if t is float or t is int:
             claim = _claim_new()
-            _owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
+            owner = _Owner(claim, _discard)
+            owner.twin = _gc(claim + 0, _drop)
+            _add_owner(owner)
             try:
                 # cffi turns an int into a double as float(int) does
                 h = make_k(claim, self._h, other)
@@ -229,7 +232,9 @@ def _binary_swapped(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
         t = type(other)
         if t is float or t is int:
             claim = _claim_new()
-            _owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
+            owner = _Owner(claim, _discard)
+            owner.twin = _gc(claim + 0, _drop)
+            _add_owner(owner)
             try:
                 h = make_rk(claim, other, self._h)
             except OverflowError:
@@ -254,7 +259,9 @@ def _unary(op: _ops.Op, doc: str) -> Callable[["Value"], "Value"]:
 
     def method(self: "Value") -> "Value":
         claim = _claim_new()
-        _owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
+        owner = _Owner(claim, _discard)
+        owner.twin = _gc(claim + 0, _drop)
+        _add_owner(owner)
         h = make(claim, self._h)
         if h >= 0:
             out = _new(type(self))
@@ -397,13 +404,16 @@ class Value(_ValueBase):
             raise TypeError("a pygrad.Value is initialised once: make a new Value instead")
         if not _children and _op == "":      # a leaf: the common case
             claim = _claim_new()
-            _owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
+            owner = _Owner(claim, _discard)
+            owner.twin = _gc(claim + 0, _drop)
+            _add_owner(owner)
             h = _pg_leaf(claim, data) if type(data) is float else _new_leaf(claim, data)
             if h < 0:
                 _check(h, "a leaf")
             self._h = h
             self._s = claim
             self._a = self._b = self._kids = None
+            _compact()
             if label:
                 self.label = label
             return
@@ -557,6 +567,7 @@ class Value(_ValueBase):
         fails (a closure raises, Ctrl-C, no memory), every grad is left as
         it was; but a sweep with no custom op below is one call into C, and
         a Ctrl-C during it rises as it returns, with every grad applied."""
+        _compact()
         h = self._h
         rc = lib.pg_backward(h, ffi.NULL)
         if rc == lib.PG_E_SWEEP:
@@ -587,7 +598,9 @@ class Value(_ValueBase):
                 return _not_a_number(other)
             make = _powk_int if isinstance(other, numbers.Integral) else _powk_float
         claim = _claim_new()
-        _owners[_ref(claim, _pop)] = _gc(claim + 0, _drop)
+        owner = _Owner(claim, _discard)
+        owner.twin = _gc(claim + 0, _drop)
+        _add_owner(owner)
         try:
             h = make(claim, self._h, k)
         except OverflowError:

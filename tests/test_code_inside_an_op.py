@@ -8,7 +8,6 @@ op's result be whole: its claim holds its node from the moment C makes it
 import gc
 import os
 import random
-import signal
 import sys
 import threading
 
@@ -226,37 +225,46 @@ def test_a_settle_in_another_thread_while_code_runs_inside_an_op():
     live()
 
 
-@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="setitimer")
-def test_a_signal_handler_that_makes_nodes_and_settles_mid_op():
-    """A handler (a progress report that evaluates the model, say) can land
-    at any bytecode of an op, between its C call and its store too."""
-    fired = [0]
-
-    def handler(signum, frame):
-        fired[0] += 1
-        fill_and_settle()
-        signal.setitimer(signal.ITIMER_REAL, random.uniform(0.0005, 0.003))   # from now
-
-    old = signal.signal(signal.SIGALRM, handler)
+def test_a_signal_handler_that_makes_nodes_and_settles_at_any_bytecode_of_an_op():
+    """A handler (a progress report that evaluates the model, say) can run
+    at any bytecode of an op, between its C call and its store too: run
+    there by a trace function at each bytecode of pygrad's code in turn."""
+    from interrupts import PYGRAD_CODE, Interrupter
     w = Value(0.5)
-    bad = 0
+
+    def handler():
+        """Nodes in this thread's segment, the segment closed under the op
+        (as SEG_NODES more nodes would, for a fraction of the time), more
+        nodes, and a collection that frees the handler's own."""
+        made = [Value(0.5) * 2.0 for _ in range(8)]
+        lib.pg_close_current()
+        made += [Value(0.5) * 2.0 for _ in range(8)]
+        del made
+        gc.collect(0)
+
+    def op():
+        return (Value(1.0) * w + 0.25).tanh()
+
+    expected = op().data
+    counter = Interrupter(None, opcodes=True, prefixes=(PYGRAD_CODE,))
+    sys.settrace(counter)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.002)
-        for _ in range(200):
-            y = Value(1.0)
-            for _ in range(200):
-                y = y * w + 0.25
-            if not lib.pg_alive(y._h):
-                bad += 1
-                continue
-            y.backward()
-            if fired[0] >= 40:
-                break
+        op()
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0, 0)
-        signal.signal(signal.SIGALRM, old)
-    assert bad == 0
-    assert fired[0] > 0
+        sys.settrace(None)
+    assert counter.events > 20
+    for n in range(1, counter.events + 1):
+        tracer = Interrupter(n, opcodes=True, prefixes=(PYGRAD_CODE,), action=handler)
+        sys.settrace(tracer)
+        try:
+            y = op()
+        finally:
+            sys.settrace(None)
+        assert tracer.fired is not None
+        assert lib.pg_alive(y._h) and y.data == expected, tracer.fired
+        w.grad = 0.0
+        y.backward()
+        assert w.grad != 0.0
     live()
 
 
