@@ -6,6 +6,7 @@ own training loop against the same loop on pygrad.Value).  With matplotlib
 it writes decision-boundary and loss-curve PNGs."""
 import argparse
 import gc
+import importlib
 import importlib.util
 import math
 import os
@@ -204,6 +205,7 @@ def train_spiral(steps: int = 200, seed: int = 0, engine: str = "c", tier: str =
 
 
 def _plot(result: dict, out_dir: str) -> List[str]:
+    """The task's decision-boundary and loss-curve PNGs in ``out_dir``."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -214,14 +216,22 @@ def _plot(result: dict, out_dir: str) -> List[str]:
     os.makedirs(out_dir, exist_ok=True)
     task = result["task"]
     paths = [os.path.join(out_dir, f"{task}_boundary.png")]
-    # 62,500 grid points or so, in one batched C call (Program.map).
-    plot_decision_boundary(result["model"], result["X"], result["y"], paths[0],
-                           f"{task}: decision boundary")
-    fig, ax = plt.subplots(figsize=(5, 3))
-    ax.plot(result["losses"])
+    # 250 x 250 = 62,500 grid points, in one batched C call (Program.map).
+    plot_decision_boundary(result["model"], result["X"], result["y"], paths[0], task)
+    losses = result["losses"]
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    ax.plot(np.arange(1, len(losses) + 1), losses)
+    # Log scale: on a linear one the curve is flat after the first tens of
+    # steps, where most of the training's progress still shows.
+    if min(losses) > 0:
+        ax.set_yscale("log")
+        ax.set_ylabel("loss (log scale)")
+    else:
+        ax.set_ylabel("loss")
+    ax.grid(True, which="both", alpha=0.3)
     ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_title(f"{task}: training loss")
+    ax.set_title(f"{task}: training loss, {result['tier']} tier (final {losses[-1]:.4f}, "
+                 f"accuracy {result['accuracy'][-1]:.1%})", fontsize=10)
     paths.append(os.path.join(out_dir, f"{task}_loss.png"))
     fig.tight_layout()
     fig.savefig(paths[-1], dpi=100)
@@ -236,7 +246,8 @@ def _timed_steps(what: str, steps: Iterator[float], budget: float, most: int,
     with progress on a terminal; returns the losses and the seconds per
     step."""
     tty = hasattr(stream, "isatty") and stream.isatty()
-    seconds, losses, line = 0.0, [], ""
+    seconds, line = 0.0, ""
+    losses: List[float] = []
     # The garbage of what ran before (micrograd's graphs are cycles, which
     # only a collection frees) would otherwise be charged to these steps.
     gc.collect()
@@ -332,8 +343,9 @@ def _micrograd_speed(seed: int, budget: float) -> None:
     spiral's softmax."""
     stream = sys.stdout
     try:
-        import micrograd.engine
-        import micrograd.nn
+        # By name: micrograd ships no type information for mypy to read.
+        their_engine = importlib.import_module("micrograd.engine")
+        their_nn = importlib.import_module("micrograd.nn")
     except ImportError:
         stream.write("   (pip install micrograd to also time micrograd's own code against "
                      "the same code on pygrad.Value)\n")
@@ -342,8 +354,8 @@ def _micrograd_speed(seed: int, budget: float) -> None:
     X, y = data.make_moons(100, noise=0.1, seed=seed)
     rows, labels = X.tolist(), data.signed_labels(y).tolist()
     theirs, their_step = _timed_steps("micrograd's own code on micrograd.engine.Value",
-                                      _micrograd_demo_loop(micrograd.engine.Value,
-                                                          micrograd.nn.MLP, rows, labels, seed),
+                                      _micrograd_demo_loop(their_engine.Value, their_nn.MLP,
+                                                           rows, labels, seed),
                                       budget, 100, stream)
     # At least 5 steps, however few micrograd fit: pygrad's first step
     # (which packs the model for its fused layers) is not all that is timed.

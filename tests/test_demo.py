@@ -308,3 +308,17 @@ def test_progress_on_a_terminal_without_tqdm(monkeypatch):
     for k in range(4):
         bar.update(k, 0.5, 0.75)
     assert out.getvalue().endswith("[" + "#" * 20 + "] moons step    4/4  loss 0.5000  accuracy  75.0%\n")
+
+
+def test_the_demos_loss_curve_is_on_a_log_scale(tmp_path, monkeypatch):
+    plt = pytest.importorskip("matplotlib.pyplot")
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    result = demo.train("spiral", 30)
+    paths = demo._plot(result, str(tmp_path))
+    assert [os.path.basename(p) for p in paths] == ["spiral_boundary.png", "spiral_loss.png"]
+    ax = figures[-1].axes[0]
+    assert ax.get_yscale() == "log" and ax.get_ylabel() == "loss (log scale)"
+    assert ax.get_xlabel() == "step"
+    assert ax.get_title().startswith("spiral: training loss, replay tier (final ")
+    assert list(ax.get_lines()[0].get_ydata()) == result["losses"]
