@@ -400,7 +400,9 @@ def _will_plot(args: argparse.Namespace) -> bool:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``python -m pygrad`` and the ``pygrad`` command: the
     exit status, 0; 2 for bad arguments (and an ``--out`` it can't write
-    to); 130 after Ctrl-C, which prints one line, not a traceback."""
+    to); 1 when a PNG can't be written after training; 130 after Ctrl-C,
+    which prints one line, not a traceback; 141, silently, when the output's
+    reader has gone (``pygrad | head``)."""
     try:
         return _main(argv)
     except KeyboardInterrupt:
@@ -409,6 +411,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stdout.flush()
         sys.stderr.write("interrupted\n")
         return 130                             # 128 + SIGINT, as shells report it
+    except BrokenPipeError:
+        # The reader went away (``pygrad | head``): stop quietly, as other
+        # command-line tools do.  Python's own flush of stdout at exit would
+        # fail again and print an error, so stdout goes to devnull first.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (AttributeError, OSError, ValueError):       # no file descriptor (a test's)
+            pass
+        return 141                             # 128 + SIGPIPE
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:

@@ -132,6 +132,15 @@ def test_python_m_pygrad_exits_130_after_ctrl_c(tmp_path):
     assert done.stderr == "interrupted\n"
 
 
+def test_a_reader_that_goes_away_ends_the_run_quietly(capsys, monkeypatch):
+    """``pygrad | head``: the pipe's end is raised by a patched step."""
+    def closed(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+    monkeypatch.setattr(demo, "train", closed)
+    assert demo.main(["--dataset", "moons", "--no-plot"]) == 141
+    assert capsys.readouterr().err == ""
+
+
 def test_ctrl_c_while_the_demo_loads_exits_130_too(capsys, monkeypatch):
     """``pygrad``'s entry point imports the demo (a tenth of a second)
     before main's handler exists; the interrupt is raised by that import."""
