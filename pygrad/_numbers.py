@@ -32,7 +32,19 @@ def _int_to_float(x: Any) -> float:
     try:
         return float(x)
     except OverflowError:
-        raise ValueError(f"integer {x!r} is too large to convert to a float") from None
+        # Not the number itself: 10**400 would print all 401 digits.
+        raise ValueError(f"integer too large to convert to a float ({_digits(x)} digits; a "
+                         f"float holds at most about 1.8e308): pygrad computes in floats, so "
+                         f"give a number that fits one") from None
+
+
+def _digits(x: Any) -> str:
+    """How many decimal digits the integer x has, without printing it (str()
+    of a huge int is slow, and refused above 4300 digits on Python 3.11+)."""
+    n = abs(int(x))
+    # 2**(bits-1) <= n < 2**bits, so floor(log10(n)) is e or e + 1:
+    e = int((n.bit_length() - 1) * 0.30102999566398)
+    return f"{e + 2 if n >= 10 ** (e + 1) else e + 1:,}"
 
 
 def to_real(x: Any, what: str = "Value data") -> float:
@@ -94,12 +106,21 @@ def real_array(x: Any, what: str) -> Any:
         raise TypeError(f"{what} must be an array of real numbers: {e}") from None
     kind = arr.dtype.kind
     if kind == "O":             # Python objects: each as Value() takes it
-        flat = [to_real(v, f"each number of {what}") for v in arr.ravel().tolist()]
+        flat = [to_real(v, f"each number of {what}") if not is_value(v) else _no_values(v, what)
+                for v in arr.ravel().tolist()]
         return np.array(flat, dtype=np.float64).reshape(arr.shape)
     if kind not in "biuf":
         raise TypeError(f"{what} must hold real numbers (bool, int or float), not "
                         f"{arr.dtype} ({_KIND_NAMES.get(kind, 'other')})")
     return np.ascontiguousarray(arr, dtype=np.float64)
+
+
+def _no_values(v: Any, what: str) -> float:
+    """The TypeError for a Value among a bulk path's numbers: these paths
+    set or read many numbers at once and take no graph, so a Value is a
+    mix-up (its number is ``.data``), not another engine."""
+    raise TypeError(f"{what} must be numbers (floats, or a numpy array), not Values: got "
+                    f"{v!r}; pass their numbers instead, v.data for each Value v")
 
 
 _KIND_NAMES = {"c": "complex numbers", "U": "strings", "S": "bytes", "M": "datetimes",

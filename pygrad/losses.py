@@ -27,6 +27,8 @@ def _mean(terms: List[Scalar]) -> Scalar:
 
 
 def _pairs(a: Iterable[Any], b: Iterable[Any], what: str) -> List[Any]:
+    _a_batch(a, what, "predictions")
+    _a_batch(b, what, "targets")
     a, b = list(a), list(b)
     for p in a:
         if not is_value(p) and not isinstance(p, (list, tuple)):   # a batch's rows
@@ -34,6 +36,16 @@ def _pairs(a: Iterable[Any], b: Iterable[Any], what: str) -> List[Any]:
     if len(a) != len(b):
         raise ValueError(f"{what}: {len(a)} predictions but {len(b)} targets")
     return list(zip(a, b))
+
+
+def _a_batch(x: Any, what: str, role: str) -> None:
+    """A TypeError unless x is a batch (a list, tuple, array, ...): a single
+    Value or number is the likely mix-up, and list() would only say it is
+    not iterable."""
+    if is_value(x) or isinstance(x, (str, bytes)) or not hasattr(x, "__iter__"):
+        raise TypeError(f"{what}: {role} must be a list, one per sample, not a single "
+                        f"{type(x).__name__} ({x!r}); for one sample, pass lists of one: "
+                        f"{what}([prediction], [target])")
 
 
 def mse(preds: Iterable[Scalar], targets: Iterable[float]) -> Scalar:

@@ -234,7 +234,32 @@ class Module(Generic[P]):
         if "structure" in state and list(np.asarray(state["structure"]).tolist()) != self._structure():
             raise ValueError(f"state dict is for a model of shape {np.asarray(state['structure']).tolist()}, "
                              f"this one is {self._structure()}")
+        if "structure" in state:
+            self._check_ties(state["parameters"])
         self._set_data(state["parameters"], "load_state_dict")
+
+    def _check_ties(self, saved: Any) -> None:
+        """With the shapes equal, a different parameter count means weights
+        tied in one model and not in the other (a tied weight is one
+        parameter in two places): a ValueError that says so, rather than
+        a bare count."""
+        got = np.shape(saved)
+        n = len(self.parameters())
+        if len(got) != 1 or got[0] == n:
+            return                  # the usual checks in _set_data
+        places = len(self._all_parameters()) if type(self).parameters is Module.parameters else n
+        counts = (f"load_state_dict: the state dict holds {got[0]} parameters and this model "
+                  f"{n}, with the same shape {self._structure()}")
+        if got[0] < n:
+            none = "; this one has none" if places == n else ""
+            raise ValueError(f"{counts}: the model saved had {n - got[0]} more tied weight(s) "
+                             f"than this one (a tied weight, one Value in several places, is "
+                             f"saved once){none}. Tie the same weights in this model before "
+                             f"loading (e.g. layer.neurons[1].w = layer.neurons[0].w)")
+        fresh = ", e.g. a fresh one of this shape" if got[0] == places else ""
+        raise ValueError(f"{counts}: this model has {got[0] - n} more tied weight(s) than the "
+                         f"model saved (a tied weight, one Value in several places, is one "
+                         f"parameter). Load into a model tied as the saved one was{fresh}")
 
     def save(self, path: str) -> None:
         """Write ``state_dict()`` to a ``.npz`` file."""

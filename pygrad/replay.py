@@ -65,7 +65,7 @@ class Program:
                  "__weakref__")
 
     def __init__(self, output: Union[Scalar, Iterable[Scalar]],
-                 inputs: Optional[Iterable[Scalar]] = None) -> None:
+                 inputs: Optional[Union[Scalar, Iterable[Scalar]]] = None) -> None:
         single: Optional[Value] = output if isinstance(output, Value) else None
         outputs = (single,) if single is not None else _values(output, "compile's outputs")
         if not outputs:
@@ -87,7 +87,9 @@ class Program:
             self._program = program
             self._n = lib.pg_program_size(program)
         if inputs is not None:
-            self._compile_batch(_values(inputs, "compile's inputs"))
+            # One leaf may be given as itself, as a single output is.
+            one = (inputs,) if isinstance(inputs, Value) else inputs
+            self._compile_batch(_values(one, "compile's inputs"))
         if single is None:
             self._n = lib.pg_batch_slots(self._batch) if self._batch is not None else 0
 
@@ -211,19 +213,33 @@ def _check(rc: int, bad: int) -> None:
 def _describe(h: int) -> str:
     op = lib.pg_op(h)
     v = made_later.get(h)          # custom ops' and Functions' Values are there
-    name = (v._op or "?") if v is not None else "?"
+    name = _node_name(v)
     if op == lib.PG_OP_FUNCTION:
-        return (f"the graph has a pygrad.Function node ({name!r}); its gradients were "
-                "captured when it was made, so it can't be replayed")
-    return (f"the graph has a node made in Python ({name!r}, Value(x, children, op)); "
-            "its value and backward are Python's, so it can't be replayed")
+        return (f"the graph has a pygrad.Function node ({name}); its gradients were "
+                "captured when it was made, so it can't be replayed. Rebuild the graph "
+                "each step and call backward() on it, or write the function with pygrad's "
+                "ops, which compile")
+    return (f"the graph has a node made in Python ({name}, made by Value(x, children, op)); "
+            "its value and backward are Python's, so it can't be replayed. Rebuild the "
+            "graph each step and call backward() on it, or write the op with pygrad's ops "
+            "(+, *, exp, pygrad.dot, ...), which compile")
+
+
+def _node_name(v: Any) -> str:
+    """How the user named a node made in Python: its op and label, as given
+    to Value(x, children, op, label=...), so they can find it in their code."""
+    if v is None:
+        return "a node whose Value is gone"
+    named = [f"{what} {text!r}" for what, text in (("op", v._op), ("label", v.label)) if text]
+    return ", ".join(named) if named else f"no op or label, data {v.data!r}"
 
 
 def compile(output: Union[Scalar, Iterable[Scalar]],  # noqa: A001 - as torch.compile
-            inputs: Optional[Iterable[Scalar]] = None) -> Program:
+            inputs: Optional[Union[Scalar, Iterable[Scalar]]] = None) -> Program:
     """Compile the graph below ``output`` (a Value, or a list of Values) for
-    replay (see the module doc).  ``inputs``: the leaves that vary per row,
-    for ``Program.map``; every other leaf is shared by all rows."""
+    replay (see the module doc).  ``inputs``: the leaves that vary per row
+    (a Value, or a list of Values), for ``Program.map``; every other leaf is
+    shared by all rows."""
     return Program(output, inputs)
 
 

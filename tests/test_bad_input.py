@@ -41,8 +41,12 @@ def test_operators_reject_non_numbers(V, expr):
 
 @pytest.mark.parametrize("V", ENGINES)
 def test_huge_int_is_a_value_error(V):
-    with pytest.raises(ValueError, match="too large"):
+    with pytest.raises(ValueError, match="too large") as info:
         V(10 ** 400)
+    message = str(info.value)
+    # Short, with the size and what to do, not the number's 401 digits.
+    assert "401 digits" in message and "fits" in message and "000000" not in message
+    assert len(message) < 200
 
 
 def test_setters_check_their_input():
@@ -364,3 +368,90 @@ def test_bulk_paths_take_bools_ints_and_real_objects_as_value_does():
     assert prog.map(rows).tolist() == [2.0 * Value(r[0]).data for r in rows]
     assert [[v.data for v in row] for row in data.to_values([[True, 2], [Fraction(1, 4), 0]])] \
         == [[1.0, 2.0], [0.25, 0.0]]
+
+
+# -- messages that say what was wrong and what to do (issue 40, item 5) ---------
+
+def test_compile_takes_a_single_input_value_as_it_takes_a_single_output():
+    x, w = Value(0.0), Value(3.0)
+    prog = pygrad.compile(w * x, inputs=x)
+    assert prog.inputs == (x,)
+    assert prog.map([1.0, 2.0]).tolist() == [3.0, 6.0]
+    assert prog.map([[4.0]]).tolist() == [12.0]
+
+
+@pytest.mark.parametrize("path", ["map", "set_data", "load_state_dict", "Inputs.set"])
+def test_bulk_paths_given_values_say_they_need_numbers_and_how_to_get_them(path):
+    """Not "different engines": these paths take numbers, and .data gives them."""
+    a, b = Value(0.0), Value(0.0)
+    prog = pygrad.compile(a * b, inputs=[a, b])
+    model = nn.Neuron(2)                                     # 3 parameters
+    run = {"map": lambda: prog.map([[Value(1.0), Value(2.0)]]),
+           "set_data": lambda: model.set_data([Value(1.0)] * 3),
+           "load_state_dict": lambda: model.load_state_dict({"parameters": [Value(1.0)] * 3}),
+           "Inputs.set": lambda: pygrad.Inputs([a, b]).set([Value(1.0), Value(2.0)])}[path]
+    with pytest.raises(TypeError) as info:
+        run()
+    message = str(info.value)
+    assert "must be numbers" in message and "not Values" in message and ".data" in message
+    assert "engine" not in message
+    engine_still_works()
+
+
+@pytest.mark.parametrize("make, named", [
+    (lambda a: Value(5.0, (a,), "x3", label="mine"), "op 'x3', label 'mine'"),
+    (lambda a: Value(5.0, (a,), "x3"), "op 'x3'"),
+    (lambda a: Value(5.0, (a,), label="mine"), "label 'mine'"),
+    (lambda a: Value(5.0, (a,)), "no op or label, data 5.0"),
+])
+def test_compile_names_a_custom_op_by_its_op_and_label_and_says_what_to_do(make, named):
+    a = Value(2.0)
+    out = make(a)
+    with pytest.raises(ValueError) as info:
+        pygrad.compile(out + 1)
+    message = str(info.value)
+    assert f"({named}, made by Value(x, children, op))" in message, message
+    assert "'?'" not in message
+    assert "Rebuild the graph each step" in message and "pygrad's ops" in message
+
+
+def test_a_tied_models_state_dict_loaded_untied_says_weights_are_tied():
+    tied, untied = nn.MLP(2, [4, 4, 1]), nn.MLP(2, [4, 4, 1])
+    tied.layers[1].neurons[1].w = tied.layers[1].neurons[0].w      # 4 weights in two places
+    assert (len(tied.parameters()), len(untied.parameters())) == (33, 37)
+    with pytest.raises(ValueError) as info:
+        untied.load_state_dict(tied.state_dict())
+    message = str(info.value)
+    assert "holds 33 parameters and this model 37" in message
+    assert "4 more tied weight(s) than this one" in message and "this one has none" in message
+    assert "Tie the same weights in this model before loading" in message
+    with pytest.raises(ValueError) as info:
+        tied.load_state_dict(untied.state_dict())
+    message = str(info.value)
+    assert "this model has 4 more tied weight(s)" in message and "a fresh one" in message
+    again = nn.MLP(2, [4, 4, 1])
+    again.layers[1].neurons[1].w = again.layers[1].neurons[0].w
+    again.load_state_dict(tied.state_dict())             # tied alike: it loads
+    assert again.get_data().tolist() == tied.get_data().tolist()
+
+
+def test_a_state_dict_of_the_wrong_size_without_ties_keeps_its_plain_message():
+    model = nn.MLP(2, [3, 1])
+    with pytest.raises(ValueError, match=r"needs shape \(13,\), got \(5,\)"):
+        model.load_state_dict({"parameters": np.zeros(5)})
+
+
+@pytest.mark.parametrize("V", ENGINES)
+@pytest.mark.parametrize("call, role", [
+    (lambda V: losses.mse(V(1.0), 1), "predictions"),
+    (lambda V: losses.mse([V(1.0)], 1.0), "targets"),
+    (lambda V: losses.svm_hinge(V(1.0), [1]), "predictions"),
+    (lambda V: losses.bce_with_logits(V(1.0), [1]), "predictions"),
+])
+def test_losses_given_one_value_say_they_need_lists(V, call, role):
+    with pytest.raises(TypeError) as info:
+        call(V)
+    message = str(info.value)
+    assert f"{role} must be a list, one per sample, not a single" in message
+    assert "([prediction], [target])" in message and "not iterable" not in message
+    assert losses.mse([V(1.0)], [3.0]).data == 4.0

@@ -42,17 +42,190 @@ def test_spiral_reaches_95_percent_accuracy():
     assert result["losses"][-1] < result["losses"][0]
 
 
-def test_cli_runs_moons_and_checks_the_reference(capsys, tmp_path, monkeypatch):
+@pytest.fixture
+def no_micrograd(monkeypatch):
+    """As if micrograd were not installed (its timing costs seconds)."""
+    monkeypatch.setitem(sys.modules, "micrograd", None)
+
+
+def test_cli_runs_moons_and_checks_the_reference(capsys, tmp_path, monkeypatch, no_micrograd):
     monkeypatch.chdir(tmp_path)
     rc = demo.main(["--dataset", "moons", "--steps", "5", "--no-plot",
                     "--reference-seconds", "0.001"])
     assert rc == 0
     out = capsys.readouterr().out
     assert "== moons: 5 steps" in out
+    # The speedup line says what it compares: not micrograd, pygrad's own slow engine.
+    assert "replay tier vs pygrad's pure-Python reference engine (pygrad.reference" in out
     assert "same losses bit for bit: True" in out
-    assert "(estimate from 1 step)" in out          # the budget bounds the slow engine
+    assert "an estimate from 1 step)" in out          # the budget bounds the slow engine
+    assert "pip install micrograd to also time micrograd's own code" in out
     assert "spiral" not in out
     assert os.listdir(tmp_path) == []        # --no-plot writes nothing
+
+
+def test_cli_times_micrograds_own_loop_against_the_same_loop_on_pygrad(capsys):
+    pytest.importorskip("micrograd")
+    assert demo.main(["--dataset", "moons", "--steps", "2", "--no-plot",
+                      "--reference-seconds", "0.001"]) == 0
+    out = capsys.readouterr().out
+    line = [ln for ln in out.splitlines() if "micrograd's own demo loop" in ln]
+    assert len(line) == 1, out
+    assert "on micrograd.engine.Value vs unchanged on pygrad.Value: pygrad ~" in line[0]
+    assert "(estimate: micrograd ~" in line[0] and "ms/step from 1 step, pygrad ~" in line[0]
+    assert "from 5 steps)" in line[0]
+    assert line[0].endswith("same losses to 1e-12 (micrograd sums grads in another order): True")
+
+
+def test_micrograds_loop_on_pygrad_gives_micrograds_losses():
+    """The loop the demo times, on both engines: the same numbers up to the
+    order micrograd sums grads in."""
+    pytest.importorskip("micrograd")
+    import micrograd.engine
+    import micrograd.nn
+
+    import pygrad
+    import pygrad.nn
+    from pygrad import data
+    X, y = data.make_moons(30, noise=0.1, seed=3)
+    rows, labels = X.tolist(), data.signed_labels(y).tolist()
+    theirs = demo._micrograd_demo_loop(micrograd.engine.Value, micrograd.nn.MLP, rows, labels, 3)
+    ours = demo._micrograd_demo_loop(pygrad.Value, pygrad.nn.MLP, rows, labels, 3)
+    a, b = [next(theirs) for _ in range(3)], [next(ours) for _ in range(3)]
+    np.testing.assert_allclose(b, a, rtol=1e-12)
+    assert b[2] != b[0]
+
+
+# -- Ctrl-C and --out: one line and an exit status, not a traceback --------------
+
+@pytest.mark.parametrize("where", ["train", "_reference_steps", "_plot"])
+def test_ctrl_c_prints_one_line_and_exits_130(capsys, tmp_path, monkeypatch, no_micrograd, where):
+    """The interrupt is raised by a patched step of the run, at a chosen
+    point: in training, while timing the reference engine, while plotting."""
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(demo, where, interrupted)
+    monkeypatch.setattr(demo, "_will_plot", lambda args: not args.no_plot)
+    rc = demo.main(["--dataset", "moons", "--steps", "2", "--reference-seconds", "0.001",
+                    "--out", str(tmp_path / "png")])
+    assert rc == 130
+    out, err = capsys.readouterr()
+    assert err == "interrupted\n"
+    assert out.startswith("== moons: 2 steps")
+    assert ("final loss" in out) == (where != "train")
+
+
+def test_python_m_pygrad_exits_130_after_ctrl_c(tmp_path):
+    """The same through ``python -m pygrad`` (its sys.exit): status 130 and
+    the one line, with the interrupt raised from inside training."""
+    import subprocess
+    code = ("import sys, runpy\n"
+            "import pygrad.demo as demo\n"
+            "def train(*args, **kwargs):\n"
+            "    raise KeyboardInterrupt\n"
+            "demo.train = train\n"
+            "sys.argv = ['pygrad', '--no-plot']\n"
+            "runpy.run_module('pygrad', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "interrupted\n"
+
+
+def test_a_reader_that_goes_away_ends_the_run_quietly(capsys, monkeypatch):
+    """``pygrad | head``: the pipe's end is raised by a patched step."""
+    def closed(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+    monkeypatch.setattr(demo, "train", closed)
+    assert demo.main(["--dataset", "moons", "--no-plot"]) == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_ctrl_c_while_the_demo_loads_exits_130_too(capsys, monkeypatch):
+    """``pygrad``'s entry point imports the demo (a tenth of a second)
+    before main's handler exists; the interrupt is raised by that import."""
+    import pygrad.__main__ as entry
+
+    class Loading:
+        def __getattr__(self, name):
+            raise KeyboardInterrupt
+    monkeypatch.setitem(sys.modules, "pygrad.demo", Loading())
+    with pytest.raises(SystemExit) as exc:
+        entry.run()
+    assert exc.value.code == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def _bad_out_cases(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    cases = {"an existing file": (str(afile), "is a file, not a folder"),
+             "a folder below a file": (str(afile / "sub"), "Not a directory")}
+    if os.path.isdir("/proc"):
+        cases["/proc/x"] = ("/proc/x", "can't write PNGs there")
+        cases["/proc"] = ("/proc", "can't write PNGs there")
+    return cases
+
+
+@pytest.mark.parametrize("case", ["an existing file", "a folder below a file", "/proc/x", "/proc"])
+def test_a_bad_out_is_one_line_and_exit_2_before_any_training(capsys, tmp_path, monkeypatch,
+                                                               case):
+    cases = _bad_out_cases(tmp_path)
+    if case not in cases:
+        pytest.skip("no /proc here")
+    out_dir, says = cases[case]
+
+    def train(*args, **kwargs):
+        raise AssertionError("trained before checking --out")
+    monkeypatch.setattr(demo, "train", train)
+    monkeypatch.setattr(demo, "_will_plot", lambda args: not args.no_plot)
+    assert demo.main(["--dataset", "moons", "--out", out_dir]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"pygrad: error: --out {out_dir!r}") and says in err
+    assert err.count("\n") == 1
+    assert (tmp_path / "afile").read_text() == "mine"      # the file is left alone
+
+
+def test_out_is_not_checked_when_no_png_is_written(capsys, tmp_path, no_micrograd):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    assert demo.main(["--dataset", "moons", "--steps", "2", "--no-plot", "--reference-seconds",
+                      "0", "--out", str(afile)]) == 0
+
+
+def test_without_matplotlib_nothing_is_plotted_and_out_not_made(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    out_dir = tmp_path / "png"
+    assert demo.main(["--dataset", "moons", "--steps", "2", "--reference-seconds", "0",
+                      "--out", str(out_dir)]) == 0
+    assert "install matplotlib" in capsys.readouterr().out
+    assert not out_dir.exists()
+
+
+def test_a_good_out_is_made_before_training(capsys, tmp_path, monkeypatch):
+    out_dir = tmp_path / "new" / "png"
+    made = []
+
+    def train(*args, **kwargs):
+        made.append(out_dir.is_dir())
+        raise KeyboardInterrupt          # stops the run here: only the order is tested
+    monkeypatch.setattr(demo, "train", train)
+    monkeypatch.setattr(demo, "_will_plot", lambda args: not args.no_plot)
+    assert demo.main(["--dataset", "moons", "--out", str(out_dir)]) == 130
+    assert made == [True] and os.listdir(out_dir) == []
+
+
+def test_a_png_that_cant_be_written_after_training_is_one_line_and_exit_1(capsys, tmp_path,
+                                                                        monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(demo, "_plot", full)
+    monkeypatch.setattr(demo, "_will_plot", lambda args: not args.no_plot)
+    assert demo.main(["--dataset", "moons", "--steps", "2", "--reference-seconds", "0",
+                      "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"pygrad: error: can't write the PNGs into {str(tmp_path)!r}: No space left on device\n"
 
 
 def test_cli_reference_seconds_zero_skips_the_comparison(capsys, tmp_path, monkeypatch):
@@ -80,7 +253,7 @@ def test_cli_version(capsys):
     assert capsys.readouterr().out.strip() == f"pygrad {pygrad.__version__}"
 
 
-def test_cli_batched_tier_says_how_close_it_is(capsys, tmp_path, monkeypatch):
+def test_cli_batched_tier_says_how_close_it_is(capsys, tmp_path, monkeypatch, no_micrograd):
     monkeypatch.chdir(tmp_path)
     assert demo.main(["--dataset", "moons", "--steps", "3", "--no-plot", "--tier", "batched",
                       "--reference-seconds", "0.001"]) == 0
@@ -144,3 +317,17 @@ def test_progress_on_a_terminal_without_tqdm(monkeypatch):
     for k in range(4):
         bar.update(k, 0.5, 0.75)
     assert out.getvalue().endswith("[" + "#" * 20 + "] moons step    4/4  loss 0.5000  accuracy  75.0%\n")
+
+
+def test_the_demos_loss_curve_is_on_a_log_scale(tmp_path, monkeypatch):
+    plt = pytest.importorskip("matplotlib.pyplot")
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    result = demo.train("spiral", 30)
+    paths = demo._plot(result, str(tmp_path))
+    assert [os.path.basename(p) for p in paths] == ["spiral_boundary.png", "spiral_loss.png"]
+    ax = figures[-1].axes[0]
+    assert ax.get_yscale() == "log" and ax.get_ylabel() == "loss (log scale)"
+    assert ax.get_xlabel() == "step"
+    assert ax.get_title().startswith("spiral: training loss, replay tier (final ")
+    assert list(ax.get_lines()[0].get_ydata()) == result["losses"]

@@ -240,6 +240,15 @@ def test_help_shows_the_shared_command_line_and_trains_nothing(script, tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
+def test_timings_help_says_a_full_run_takes_minutes():
+    """07_timing.py without --quick ran 201 s in a newcomer's hands: --help warns."""
+    script = next(p for p in SCRIPTS if p.stem == "07_timing")
+    out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
+                         text=True, timeout=60)
+    text = " ".join(out.stdout.split())
+    assert "Without --quick this takes a few minutes" in text and "--quick takes seconds" in text
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
 def test_files_go_into_out_and_nowhere_else(script, ran):
     r = ran(script.stem)

@@ -367,8 +367,9 @@ def test_bad_input():
         pygrad.compile(y, inputs=[1.0])
     with pytest.raises(TypeError, match="engine"):
         pygrad.compile(y, inputs=[RefValue(1.0)])
-    with pytest.raises(TypeError):
-        pygrad.compile(y, inputs=x)
+    with pytest.raises(TypeError, match="pygrad.Value"):
+        pygrad.compile(y, inputs=1.0)          # one leaf may be given as itself, a number not
+    assert pygrad.compile(y, inputs=x).inputs == (x,)
     with pytest.raises(ValueError, match="at least one"):
         pygrad.compile([], inputs=[x])
     prog = pygrad.compile(y, inputs=[x])
