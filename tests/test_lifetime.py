@@ -279,7 +279,7 @@ def test_after_a_real_memory_error_dropping_the_graph_frees_it():
             a = Value(2.0)
             z = (a * a + a).tanh()
             z.backward()
-            assert a.grad != 0.0 and made > 1_000_000, made
+            assert a.grad != 0.0 and made > 500_000, made
             del a, z
         print("ok", made)
     """)
