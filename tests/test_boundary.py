@@ -94,11 +94,11 @@ def _drawn(monkeypatch):
 @pytest.mark.parametrize("task", ["moons", "spiral"])
 def test_the_plot_shares_colours_and_has_a_legend_labels_and_a_telling_title(task, tmp_path,
                                                                             monkeypatch):
+    figures = _drawn(monkeypatch)
     import matplotlib
     from matplotlib.contour import ContourSet
     from matplotlib.collections import PathCollection
     from pygrad import demo
-    figures = _drawn(monkeypatch)
     result = demo.train(task, 100 if task == "moons" else 200)
     path = boundary.plot_decision_boundary(result["model"], result["X"], result["y"],
                                            str(tmp_path / "b.png"), task)
