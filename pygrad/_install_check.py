@@ -36,7 +36,10 @@ def check_install(directory: str) -> None:
             f"package is not pygrad-autograd's (pygrad.nn is the module nn.py). Installed "
             f"distributions owning files there: {owners}. The package index's `pygrad` "
             f"project uses the same import name. Run `pip uninstall pygrad pygrad-autograd`, "
-            f"then `pip install pygrad-autograd` (or your wheel) again.") from None
+            f"then install pygrad-autograd again from your checkout or wheel: `pip install "
+            f"/path/to/pygrad` (the checkout) or `pip install /path/to/pygrad_autograd-*.whl`. "
+            f"It is not on the package index yet: there `pip install pygrad-autograd` finds "
+            f"nothing and `pip install pygrad` is the other project.") from None
     try:
         from . import _core  # noqa: F401  (the compiled C core, built by pip install)
     except ImportError:

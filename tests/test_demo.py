@@ -44,8 +44,11 @@ def test_spiral_reaches_95_percent_accuracy():
 
 @pytest.fixture
 def no_micrograd(monkeypatch):
-    """As if micrograd were not installed (its timing costs seconds)."""
-    monkeypatch.setitem(sys.modules, "micrograd", None)
+    """As if micrograd were not installed (its timing costs seconds); its
+    submodules too, which an earlier test (docs/ blocks) may have imported
+    and import_module would then return from sys.modules."""
+    for name in ("micrograd", "micrograd.engine", "micrograd.nn"):
+        monkeypatch.setitem(sys.modules, name, None)
 
 
 def test_cli_runs_moons_and_checks_the_reference(capsys, tmp_path, monkeypatch, no_micrograd):

@@ -200,7 +200,7 @@ def test_signatures_in_headings_match_the_code():
     code does: the same names in the same order, the same defaults (extra
     keywords a ``**kwargs`` passes on may follow)."""
     targets = {f"pygrad.{n}": getattr(pygrad, n) for n in pygrad.__all__}
-    for mod in (nn, optim, losses, data, viz, functional, demo, reference):
+    for mod in (nn, optim, losses, data, viz, functional, demo, reference, boundary):
         targets.update({f"{mod.__name__}.{n}": getattr(mod, n) for n in dir(mod)
                         if not n.startswith("_") and callable(getattr(mod, n))})
     for cls in CLASSES:

@@ -36,8 +36,8 @@ The C side is also checked as the plain Python object it is to its user:
   optimizer step is undone from the reference), and the engines must go on
   agreeing bit for bit, with no C node leaked at the end.
 
-The reference side models exactly what the README documents and nothing
-more:
+The reference side models exactly what docs/api.md documents (Fused ops;
+Replay) and nothing more:
 
 - a fused node (``dot``, ``sum``, ``logsumexp``, a fused layer's neuron) is
   one node: a second ``backward()`` accumulates through it as through any
@@ -365,10 +365,10 @@ def set_fresh_shift(operands, mleaves):
 
 
 def refresh_lse_hidden():
-    """The README: a fused node's backward works from its operands' current
-    data.  For logsumexp that means its hidden exp terms are those of the
-    operands now, not of when it was built: recompute them (not the fused
-    node's own value, which C leaves as it is)."""
+    """docs/api.md, Fused ops: a fused node's backward works from its
+    operands' current data.  For logsumexp that means its hidden exp terms
+    are those of the operands now, not of when it was built: recompute them
+    (not the fused node's own value, which C leaves as it is)."""
     for operands, mleaves, refs in list(_lse_hidden.values()):
         set_fresh_shift(operands, mleaves)
         for r in refs:
@@ -856,9 +856,9 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(**ARGS["mutate"])
     def mutate(self, i, field, x):
         c, r, _ = self.pick(i)
-        # The C engine stores a double (README: "data is stored as a C
-        # double"); the reference Value's fields are plain attributes, as
-        # micrograd's are, and would keep an np.float32 or a Fraction as is.
+        # The C engine stores a double (docs/api.md, `pygrad.Value`: "stored
+        # as a C double"); the reference Value's fields are plain attributes,
+        # as micrograd's are, and would keep an np.float32 or a Fraction as is.
         if both_cut(lambda: setattr(c, field, x), lambda: setattr(r, field, float(x))):
             setattr(c, field, getattr(r, field))        # undone: as it was
 

@@ -527,7 +527,8 @@ def test_div_gradients_at_zero_denominator(V):
     ("sin", inf, nan), ("expm1", -inf, 0.0), ("erf", inf, 0.0), ("erfc", -inf, -0.0),
 ], ids=lambda p: repr(p))
 def test_gradient_convention_at_kinks_and_boundaries(V, method, x, expected):
-    # PyTorch's formulas in IEEE arithmetic (README, Numeric semantics).
+    # PyTorch's formulas in IEEE arithmetic (docs/api.md, IEEE results: the
+    # gradient conventions).
     a = V(x)
     getattr(a, method)().backward()
     if expected == 0.0:
@@ -557,9 +558,10 @@ def test_gradients_match_pytorch_float64():
                     assert leaf.grad == pytest.approx(tg, rel=1e-12, abs=1e-300), (name, point)
 
 
-def test_what_bit_for_bit_means_for_nan_as_the_readme_says():
-    """README: NaNs agree as NaNs, not by sign or payload; everything else
-    by its 64 bits. The tests' comparison is exactly that."""
+def test_what_bit_for_bit_means_for_nan_as_the_docs_say():
+    """docs/api.md (Two engines) and docs/internals.md (The three parts):
+    NaNs agree as NaNs, not by sign or payload; everything else by its 64
+    bits. The tests' comparison is exactly that."""
     import struct
     from pygrad import Value as CValue
     from pygrad.reference import Value as RValue

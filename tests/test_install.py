@@ -58,6 +58,9 @@ def test_another_projects_pygrad_nn_in_the_package_is_refused_by_name(tmp_path):
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: ") and "another project's files" in last, last
     assert "pygrad 0.1.0" in last and "pip uninstall pygrad pygrad-autograd" in last, last
+    # pygrad-autograd is not on the index: the reinstall is from a checkout or wheel
+    assert "from your checkout or wheel" in last and "`pip install /path/to/pygrad`" in last, last
+    assert "then `pip install pygrad-autograd`" not in last, last
 
 
 def test_star_import_leaves_the_builtins_sum_and_compile_alone():
