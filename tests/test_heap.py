@@ -297,7 +297,10 @@ def _interrupt_every_point_of_backward(graph):
     assert (w.grad, y.grad) == (w2.grad, y2.grad)
     assert counter.events > 5
     interrupted = 0
-    for n in range(1, counter.events + 2):
+    n = 0
+    while True:         # until a call runs to its end (its events vary a little by Python)
+        n += 1
+        assert n <= 4 * counter.events, "backward() never ran to its end"
         before = (w.grad, y.grad)
         tracer = Interrupter(n, opcodes=True, prefixes=(PYGRAD_CODE,))
         sys.settrace(tracer)
@@ -315,7 +318,7 @@ def _interrupt_every_point_of_backward(graph):
         if not raised:                      # every point covered
             break
         interrupted += 1
-    assert not raised and interrupted >= 5
+    assert interrupted >= 5
     y.backward()
     y2.backward()
     assert (w.grad, y.grad) == (w2.grad, y2.grad)
