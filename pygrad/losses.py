@@ -88,6 +88,10 @@ def softmax_cross_entropy(logits: Union[Iterable[Scalar], Iterable[Iterable[Scal
                           target: Union[int, Sequence[int]]) -> Scalar:
     """Cross-entropy of softmax(logits) against a class index (or the mean
     over a batch of them)."""
+    if is_value(logits) or not hasattr(logits, "__iter__"):
+        raise TypeError(f"softmax_cross_entropy: logits must be a list, one Value per class "
+                        f"(or a list of such lists), not a single {type(logits).__name__} "
+                        f"({logits!r})")
     zs: List[Any] = list(logits)
     if not zs:
         raise ValueError("softmax_cross_entropy of no logits")

@@ -3,6 +3,7 @@ are accepted; nothing crashes."""
 import fractions
 
 import numpy as np
+
 import pytest
 
 from pygrad import Value
@@ -455,3 +456,13 @@ def test_losses_given_one_value_say_they_need_lists(V, call, role):
     assert f"{role} must be a list, one per sample, not a single" in message
     assert "([prediction], [target])" in message and "not iterable" not in message
     assert losses.mse([V(1.0)], [3.0]).data == 4.0
+
+
+@pytest.mark.parametrize("V", ENGINES)
+def test_softmax_cross_entropy_given_one_value_says_it_needs_a_list(V):
+    with pytest.raises(TypeError, match=r"logits must be a list, one Value per class .*"
+                                        r"not a single Value") as info:
+        losses.softmax_cross_entropy(V(1.0), 0)
+    assert "not iterable" not in str(info.value)
+    got = losses.softmax_cross_entropy([V(1.0), V(2.0)], 1).data     # a list still works
+    assert got == pytest.approx(math.log(math.exp(1.0) + math.exp(2.0)) - 2.0, rel=1e-15)
