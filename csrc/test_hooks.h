@@ -26,6 +26,10 @@ void pg_fail_unmap(uint32_t n);
 /* At most n live segments (0: the whole handle space), to exhaust the
  * handle space without 2^30 nodes. */
 void pg_limit_segments(uint32_t n);
+/* With hold 1, each thread a batched run starts (batch.c) waits before
+ * its work until hold is 0 again; pg_held_workers says how many wait now. */
+void pg_hold_workers(int hold);
+uint32_t pg_held_workers(void);
 /* cdef-end */
 
 /* For the core: does this allocation (unmap) fail?  The hooks' lock is
@@ -34,7 +38,9 @@ int pg_alloc_fails(void);
 int pg_unmap_fails(void);
 void pg_test_hooks_lock(void);
 void pg_test_hooks_unlock(void);
+void pg_test_worker_started(void);
 #else
+static inline void pg_test_worker_started(void) {}
 static inline int pg_alloc_fails(void) { return 0; }
 static inline int pg_unmap_fails(void) { return 0; }
 static inline void pg_test_hooks_lock(void) {}
