@@ -290,7 +290,7 @@ static int make_layer(batch *b, pg_layer *L, uint32_t s0, uint32_t m) {
     L->s0 = s0;
     L->m = m;
     L->nin = inputs_of(b, s0);
-    L->lanes = (m + 3) & ~3u;
+    L->lanes = (m + 7) & ~7u;
     L->variant = b->variant[s0];
     L->stride = b->stride;
     L->y = w0->data + (size_t)s0 * b->stride;
@@ -495,10 +495,10 @@ static void run_block(const batch *b, worker *wk, const double *rows, size_t m, 
         for (size_t i = 0; i < m; i++) out[i * b->nout + j] = wk->out_x[j][i * b->out_xs[j]];
     if (w == NULL) return;
 
-    /* Up to a multiple of 4 rows: the layers run over a slot's padding too
-     * (layer.c), which must not pile up sums from block to block. */
+    /* Up to PG_ROWS_ROUNDED(m) rows: the layers run over a slot's padding
+     * too (layer.c), which must not pile up sums from block to block. */
     for (uint32_t z = 0; z < b->nzero; z++)
-        memset(wk->grad + (size_t)b->zero_slot[z] * B, 0, ((m + 3) & ~(size_t)3) * sizeof(double));
+        memset(wk->grad + (size_t)b->zero_slot[z] * B, 0, PG_ROWS_ROUNDED(m) * sizeof(double));
     for (uint32_t j = 0; j < b->nout; j++) {
         double *g = wk->grad + (size_t)b->out_slot[j] * B;
         for (size_t i = 0; i < m; i++) g[i] += w[i * b->nout + j];

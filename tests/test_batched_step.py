@@ -244,3 +244,28 @@ def test_out_of_memory_in_a_threaded_run():
             lib.pg_fail_alloc(0)
         # Fewer workers than asked (or none failed): the same bits.
         assert same_bits(out, want[0]) and same_bits(model.get_grad(), want[1])
+
+
+def test_four_and_eight_wide_layer_kernels_give_the_same_bits():
+    """PYGRAD_NO_AVX512 makes the core pick the four-wide layer kernels even
+    on an AVX-512 CPU: a child Python computes the same map both ways."""
+    import subprocess
+    import sys
+    code = (
+        "import random, numpy as np, pygrad\n"
+        "from pygrad import Value, nn\n"
+        "random.seed(11); model = nn.MLP(3, [13, 24, 2])\n"
+        "x = [Value(0.0) for _ in range(3)]\n"
+        "out = model(x); prog = pygrad.compile([out[0] * out[1], out[1].tanh()], inputs=x)\n"
+        "rows = np.random.default_rng(3).normal(size=(301, 3))\n"
+        "o = prog.map(rows, grad=np.ones((301, 2)))\n"
+        "print(o.tobytes().hex(), np.array(model.get_grad()).tobytes().hex())\n")
+    outs = set()
+    for flag in (None, "1"):
+        env = dict(os.environ)
+        env.pop("PYGRAD_NO_AVX512", None)
+        if flag:
+            env["PYGRAD_NO_AVX512"] = flag
+        outs.add(subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                                capture_output=True, text=True).stdout)
+    assert len(outs) == 1
