@@ -81,5 +81,7 @@ static inline double pg_act_grad(int act, double y, double g) {
 #define PG_LINEAR_TERM(acc, w, x) ((acc) + (w) * (x))
 #define PG_LINEAR_WGRAD(gw, x, g) ((gw) + (x) * (g))
 #define PG_LINEAR_XGRAD(gx, w, g) ((gx) + (w) * (g))
+/* A bias's grad: b.grad + g (a layer's sums take it as + 1 g: the same). */
+#define PG_LINEAR_BGRAD(gb, g) ((gb) + (g))
 
 #endif
