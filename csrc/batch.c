@@ -93,7 +93,8 @@ typedef struct batch {
     uint32_t *input_slot;     /* per input column: its slot, or NO_SLOT if unused */
     uint32_t *out_slot;       /* per output: its slot */
     size_t *out_xs;
-    uint32_t *shared_node;    /* per shared leaf: its handle */
+    pg_node **shared_node;    /* per shared leaf: its node (nodes never move; the
+                               * program's Values keep them alive) */
     double *shared_data;      /* per shared leaf: its data, read at each run */
     double *base;             /* per shared leaf: its grad at the start, then chunk 0's sum */
     double *partial;          /* (chunks - 1) x nshared: the other chunks' sums */
@@ -208,7 +209,7 @@ static int32_t lay_out(batch *b, const pg_layout *L, const uint32_t *inputs,
         b->first_edge[s] = (uint32_t)L->first_edge[s];
         if (!(shared && uses[s] == 1)) b->zero_slot[b->nzero++] = (uint32_t)s;
         if (shared) {
-            b->shared_node[shared_of[s]] = L->handle[s];
+            b->shared_node[shared_of[s]] = pg_N(L->handle[s]);
             if (uses[s] != 1) {
                 w0->summed_into[b->nsummed] = &w0->shared_grad[shared_of[s]];
                 b->summed[b->nsummed++] = (uint32_t)s;
@@ -639,7 +640,7 @@ int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, con
     if (t > b->nwork) t = b->nwork;              /* out of memory: fewer threads, same bits */
 
     for (uint32_t j = 0; j < b->nshared; j++) {
-        const pg_node *node = pg_N(b->shared_node[j]);
+        const pg_node *node = b->shared_node[j];
         b->shared_data[j] = node->data;
         b->base[j] = node->grad;
     }
@@ -669,7 +670,7 @@ int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, con
         const double *part = b->partial + (c - 1) * b->nshared;
         for (uint32_t j = 0; j < b->nshared; j++) b->base[j] = b->base[j] + part[j];
     }
-    for (uint32_t j = 0; j < b->nshared; j++) pg_N(b->shared_node[j])->grad = b->base[j];
+    for (uint32_t j = 0; j < b->nshared; j++) b->shared_node[j]->grad = b->base[j];
     return 0;
 }
 

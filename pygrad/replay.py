@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 else:
     from ._lazy import numpy as np
 
-__all__ = ["compile", "Program", "Inputs", "default_threads"]
+__all__ = ["compile", "Program", "Inputs", "default_threads", "refresh_threads"]
 
 # Every Program, so that a forked child remakes their locks: fork() copies a
 # lock that another thread held (inside map()) as held, and the child's first
@@ -48,10 +48,7 @@ __all__ = ["compile", "Program", "Inputs", "default_threads"]
 _programs: "weakref.WeakSet[Program]" = weakref.WeakSet()
 
 
-def default_threads() -> int:
-    """The threads a ``Program`` whose ``threads`` is None runs on: the CPUs
-    this process may run on (``os.sched_getaffinity``, so ``taskset -c 0``
-    gives 1; else ``os.cpu_count()``), at most 64."""
+def _cpus() -> int:
     try:
         n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -59,7 +56,26 @@ def default_threads() -> int:
     return max(1, min(64, n))
 
 
+_default_threads = [_cpus()]
+
+
+def default_threads() -> int:
+    """The threads a ``Program`` whose ``threads`` is None runs on: the CPUs
+    this process may run on (``os.sched_getaffinity``, so ``taskset -c 0``
+    gives 1; else ``os.cpu_count()``), at most 64.  Read when pygrad is
+    imported and in a forked child; ``refresh_threads()`` reads it again
+    (after changing the process's affinity)."""
+    return _default_threads[0]
+
+
+def refresh_threads() -> int:
+    """Read the CPUs this process may run on again (see ``default_threads``)."""
+    _default_threads[0] = _cpus()
+    return _default_threads[0]
+
+
 def _remake_locks_in_child() -> None:
+    refresh_threads()
     for program in list(_programs):
         program._lock = threading.Lock()
 
@@ -118,6 +134,8 @@ class Program:
         ins = ffi.new("uint32_t[]", [v._h for v in inputs])
         rc = lib.pg_batch_compile(outs, len(self._outputs), ins, len(inputs), batch, bad)
         _check(rc, bad[0])
+        if _ndarray is None:
+            _numpy_types()
         self._inputs = inputs
         self._batch = batch
 
@@ -170,17 +188,26 @@ class Program:
             raise TypeError(f"{what} needs the leaves that vary per row: "
                             "compile(output, inputs=[x0, x1, ...])")
         k, ninputs = len(self._outputs), len(self._inputs or ())
-        data = real_array(rows, f"{what}'s rows")
-        if data.ndim == 1 and ninputs == 1:
-            data = data.reshape(-1, 1)
-        if data.ndim != 2 or data.shape[1] != ninputs:
-            raise ValueError(f"{what} needs rows of shape (n, {ninputs}) (one column per input), "
-                             f"got shape {data.shape}")
+        # The common case first: arrays that are already what C takes.
+        if (type(rows) is _ndarray and rows.dtype is _F64 and rows.ndim == 2
+                and rows.shape[1] == ninputs and rows.flags.c_contiguous):
+            data = rows
+        else:
+            data = real_array(rows, f"{what}'s rows")
+            if data.ndim == 1 and ninputs == 1:
+                data = data.reshape(-1, 1)
+            if data.ndim != 2 or data.shape[1] != ninputs:
+                raise ValueError(f"{what} needs rows of shape (n, {ninputs}) (one column per "
+                                 f"input), got shape {data.shape}")
         n = data.shape[0]
         w = None
         if grad is not None:
-            w = real_array(grad, f"{what}'s grad")
-            if w.shape not in ((n, k),) + (((n,),) if k == 1 else ()):
+            if type(grad) is _ndarray and grad.dtype is _F64 and grad.flags.c_contiguous:
+                w = grad
+            else:
+                w = real_array(grad, f"{what}'s grad")
+            shape = w.shape
+            if not (shape == (n,) and k == 1 or shape == (n, k)):
                 want = f"({n},)" if k == 1 else f"({n}, {k})"
                 per = "row and output" if k > 1 else "row"
                 raise ValueError(f"{what}'s grad needs shape {want}: one weight per {per}, "
@@ -199,7 +226,7 @@ class Program:
         ``threads`` threads, with the same bits for any number."""
         data, w, n = self._rows(rows, grad, "map")
         out = np.empty((n, len(self._outputs)), dtype=np.float64)
-        threads = self._threads or default_threads()
+        threads = self._threads or _default_threads[0]
         with self._lock:
             rc = lib.pg_batch_run(self._batch, ffi.from_buffer("double[]", data), n,
                                   ffi.from_buffer("double[]", out),
@@ -223,7 +250,7 @@ class Program:
         data, w, n = self._rows(rows, grad, "train_step")
         fused = fill()
         out = np.empty((n, len(self._outputs)), dtype=np.float64)
-        threads = self._threads or default_threads()
+        threads = self._threads or _default_threads[0]
         with self._lock:
             rc = lib.pg_batch_step(self._batch, ffi.from_buffer("double[]", data), n,
                                    ffi.from_buffer("double[]", out), ffi.from_buffer("double[]", w),
@@ -243,6 +270,15 @@ class Program:
         if self._inputs is not None:
             shown += f", inputs={len(self._inputs)}"
         return f"Program({self._n} nodes, output={shown})"
+
+
+_ndarray: Any = None
+_F64: Any = None
+
+
+def _numpy_types() -> None:
+    global _ndarray, _F64
+    _ndarray, _F64 = np.ndarray, np.dtype(np.float64)
 
 
 def _values(values: Any, what: str) -> Tuple[Value, ...]:
