@@ -280,8 +280,8 @@ def size_jax(n: int, model: nn.MLP) -> Optional[Callable[[], float]]:
         state["p"], loss = jstep(state["p"])
         return loss
 
-    def last() -> float:
-        return float(jax.block_until_ready(state["p"])[0][0][0, 0])
+    def last() -> None:
+        jax.block_until_ready(state["p"])
     step.sync = last  # type: ignore
     return step
 
@@ -311,7 +311,7 @@ def size_torch(n: int, model: nn.MLP, threads: int) -> Optional[Callable[[], flo
         loss = torch.relu(1 - yt * net(Xt).squeeze(1)).mean()
         loss.backward()
         opt.step()
-        return loss
+        return loss.detach()
     step.sync = lambda: None  # type: ignore
     return step
 
@@ -388,6 +388,11 @@ def print_table(result: Dict[str, Any]) -> None:
 def run_pass(label: str, quick: bool) -> Dict[str, Any]:
     """A pass in a fresh Python, pinned and configured as its label says."""
     env = dict(os.environ)
+    # Threads that spin after their work (OpenMP's default wait policy in
+    # PyTorch's builds) would take the CPU from the engine timed next: they
+    # sleep at once instead.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env.setdefault("KMP_BLOCKTIME", "0")
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", label]
     if quick:
         cmd.append("--quick")

@@ -48,6 +48,7 @@ INLINE v4 load4(const double *p) {
 INLINE void store4(double *p, v4 v) { memcpy(p, &v, sizeof v); }
 INLINE v4 splat4(double a) { return (v4){a, a, a, a}; }
 typedef double v8 __attribute__((vector_size(64)));
+typedef int64_t v8i __attribute__((vector_size(64)));
 #if defined(__clang__) || __GNUC__ >= 12
 #define SHUFFLE(a, b, i, j, k, l) __builtin_shufflevector(a, b, i, j, k, l)
 #else
@@ -77,6 +78,7 @@ INLINE void transpose_rows(const double *g, size_t S, double *gt, size_t lanes, 
 #define SPLAT splat4
 #define NAME(x) x##_4
 #define ATTR ROW_LOOP static
+#define KINLINE INLINE
 #define FU 2
 #define SJ 2
 #define GJ 2
@@ -89,21 +91,22 @@ INLINE void transpose_rows(const double *g, size_t S, double *gt, size_t lanes, 
 #undef SPLAT
 #undef NAME
 #undef ATTR
+#undef KINLINE
 #undef FU
 #undef SJ
 #undef GJ
 #undef GU
 
 #if PG_AVX512
+#include <immintrin.h>
 /* Eight doubles to a vector, where the CPU has AVX-512: tiles that fit its
  * 32 registers.  The same operations lane by lane, so the same bits. */
-INLINE v8 load8(const double *p) {
-    v8 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-INLINE void store8(double *p, v8 v) { memcpy(p, &v, sizeof v); }
-INLINE v8 splat8(double a) { return (v8){a, a, a, a, a, a, a, a}; }
+/* AVX-512's own broadcast: GCC builds a plain {a, a, ...} initializer
+ * lane by lane here (eight masked broadcasts for one splat). */
+#define INLINE512 static inline __attribute__((always_inline, target("avx512f")))
+INLINE512 v8 load8(const double *p) { return (v8)_mm512_loadu_pd(p); }
+INLINE512 void store8(double *p, v8 v) { _mm512_storeu_pd(p, (__m512d)v); }
+INLINE512 v8 splat8(double a) { return (v8)_mm512_set1_pd(a); }
 #define VW 8
 #define V v8
 #define LOAD load8
@@ -111,6 +114,7 @@ INLINE v8 splat8(double a) { return (v8){a, a, a, a, a, a, a, a}; }
 #define SPLAT splat8
 #define NAME(x) x##_8
 #define ATTR static __attribute__((target("avx512f")))
+#define KINLINE INLINE512
 #define FU 4
 #define SJ 4
 #define GJ 4

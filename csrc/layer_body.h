@@ -3,6 +3,7 @@
  * (4: AVX2 or plain x86-64; 8: AVX-512) and included once per width.
  * Before including, layer.c defines VW, V (the vector type), LOAD, STORE,
  * SPLAT, NAME(x) (x with the width's suffix), ATTR (the width's target),
+ * KINLINE (an always-inlined helper for that target),
  * FU (forward: row vectors per tile), SJ (sums: inputs per tile) and
  * GJ, GU (input grads: inputs and row vectors per tile).
  *
@@ -13,7 +14,7 @@
 
 /* Rows r .. r + FU*VW - 1 (U = FU or 1 vectors) of neurons i0 .. i0 + 3
  * (a neuron past the last writes into dump). */
-INLINE void NAME(forward_tile)(const pg_layer *L, uint32_t i0, size_t r, double *dump, const int U) {
+KINLINE void NAME(forward_tile)(const pg_layer *L, uint32_t i0, size_t r, double *dump, const int U) {
     const uint32_t nin = L->nin;
     const double *w = L->w + (size_t)i0 * nin;
     uint32_t j = 0;
@@ -59,7 +60,7 @@ ATTR void NAME(layer_forward)(const pg_layer *L, size_t n, double *dump) {
 
 /* gw[k] + x_j[r] gt[r][k] over the rows in order, for the K vectors of
  * lanes from gt's first, and J inputs from j (gw_j: gw + j * lanes). */
-INLINE void NAME(sums_tile)(double *gw, const double *const *x, const double *gt, size_t lanes,
+KINLINE void NAME(sums_tile)(double *gw, const double *const *x, const double *gt, size_t lanes,
                             size_t n, const int K, const int J) {
     V a[SJ][4];
     for (int q = 0; q < J; q++)
@@ -80,7 +81,7 @@ INLINE void NAME(sums_tile)(double *gw, const double *const *x, const double *gt
 /* Each input's sums (and the bias's, with ones as its rows) for lanes
  * k0 .. k0 + K*VW - 1, SJ inputs at a time: more sums under way at once
  * than an add takes cycles. */
-INLINE void NAME(sums_lanes)(const pg_layer *L, size_t k0, const double *gt, const double *ones,
+KINLINE void NAME(sums_lanes)(const pg_layer *L, size_t k0, const double *gt, const double *ones,
                              size_t n, const int K) {
     const size_t lanes = L->lanes;
     uint32_t j = 0;
@@ -94,7 +95,7 @@ INLINE void NAME(sums_lanes)(const pg_layer *L, size_t k0, const double *gt, con
 
 /* Inputs j .. j + J - 1's row grads, rows r .. r + U*VW - 1:
  * + w_ij g_i, last neuron first. */
-INLINE void NAME(input_grad_tile)(const pg_layer *L, uint32_t j, const double *g, size_t r,
+KINLINE void NAME(input_grad_tile)(const pg_layer *L, uint32_t j, const double *g, size_t r,
                                   const int J, const int U) {
     V acc[GJ][GU];
     for (int q = 0; q < J; q++)
@@ -114,7 +115,7 @@ INLINE void NAME(input_grad_tile)(const pg_layer *L, uint32_t j, const double *g
 }
 
 /* Inputs j .. j + J - 1 over every row. */
-INLINE void NAME(input_grads)(const pg_layer *L, uint32_t j, const double *g, size_t nv, const int J) {
+KINLINE void NAME(input_grads)(const pg_layer *L, uint32_t j, const double *g, size_t nv, const int J) {
     size_t r = 0;
     for (; r + GU * VW <= nv; r += GU * VW) NAME(input_grad_tile)(L, j, g, r, J, GU);
     for (; r < nv; r += VW) NAME(input_grad_tile)(L, j, g, r, J, 1);
