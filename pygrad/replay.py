@@ -57,6 +57,8 @@ def _cpus() -> int:
 
 
 _default_threads = [_cpus()]
+# Work per thread (rows x slots) below which threads=None starts no more.
+_WORK_BITS = 20
 
 
 def default_threads() -> int:
@@ -170,8 +172,9 @@ class Program:
     def threads(self) -> Optional[int]:
         """How many threads ``map`` and ``train_step`` may split the rows
         between (chunks of 256 rows; fewer rows, fewer threads); None (the
-        default) means ``pygrad.replay.default_threads()``.  The results are
-        the same bits for any number."""
+        default) means ``pygrad.replay.default_threads()``, but only as
+        many as get about 2**20 slot-rows (rows x ``len(program)``) of
+        work each.  The results are the same bits for any number."""
         return self._threads
 
     @threads.setter
@@ -181,6 +184,15 @@ class Program:
         if n is not None and not 1 <= n <= 64:
             raise ValueError(f"Program.threads must be between 1 and 64 (or None), not {n}")
         self._threads = n
+
+    def _auto_threads(self, n: int) -> int:
+        """threads None: default_threads(), but no more than give each
+        thread about 2**20 slot-rows of work (rows x the program's slots),
+        so that a small step is not slowed by starting a thread."""
+        cpus = _default_threads[0]
+        if cpus == 1:
+            return 1
+        return max(1, min(cpus, (n * self._n) >> _WORK_BITS))
 
     def _rows(self, rows: Any, grad: Any, what: str) -> Tuple[Any, Any, int]:
         """rows and grad as contiguous float64 arrays of the right shapes."""
@@ -226,7 +238,7 @@ class Program:
         ``threads`` threads, with the same bits for any number."""
         data, w, n = self._rows(rows, grad, "map")
         out = np.empty((n, len(self._outputs)), dtype=np.float64)
-        threads = self._threads or _default_threads[0]
+        threads = self._threads or self._auto_threads(n)
         with self._lock:
             rc = lib.pg_batch_run(self._batch, ffi.from_buffer("double[]", data), n,
                                   ffi.from_buffer("double[]", out),
@@ -250,7 +262,7 @@ class Program:
         data, w, n = self._rows(rows, grad, "train_step")
         fused = fill()
         out = np.empty((n, len(self._outputs)), dtype=np.float64)
-        threads = self._threads or _default_threads[0]
+        threads = self._threads or self._auto_threads(n)
         with self._lock:
             rc = lib.pg_batch_step(self._batch, ffi.from_buffer("double[]", data), n,
                                    ffi.from_buffer("double[]", out), ffi.from_buffer("double[]", w),
