@@ -261,14 +261,15 @@ class Program:
             raise TypeError("train_step needs grad: the loss weight of each row (e.g. 1/n each)")
         data, w, n = self._rows(rows, grad, "train_step")
         fused = fill()
-        out = np.empty((n, len(self._outputs)), dtype=np.float64)
+        out = np.empty(n if self._output is not None else (n, len(self._outputs)))
         threads = self._threads or self._auto_threads(n)
         with self._lock:
             rc = lib.pg_batch_step(self._batch, ffi.from_buffer("double[]", data), n,
                                    ffi.from_buffer("double[]", out), ffi.from_buffer("double[]", w),
                                    threads, fused)
-        _run_failed(rc, "train_step()")
-        return out.reshape(n) if self._output is not None else out
+        if rc < 0:
+            _run_failed(rc, "train_step()")
+        return out
 
     def __len__(self) -> int:
         return self._n
