@@ -54,19 +54,24 @@ typedef int64_t v8i __attribute__((vector_size(64)));
 #else
 #define SHUFFLE(a, b, i, j, k, l) __builtin_shuffle(a, b, (v4i){i, j, k, l})
 #endif
-/* gt = g rows-outer, by 4 x 4 blocks: rows r .. r + 3 of lanes i .. i + 3. */
+/* gt = g rows-outer, by 4 x 4 blocks: rows r .. r + 3 of lanes i .. i + 3,
+ * 32 rows at a time, so that those rows of gt stay in L1 while every lane
+ * is written into them. */
 INLINE void transpose_rows(const double *g, size_t S, double *gt, size_t lanes, size_t n4) {
-    for (size_t i = 0; i < lanes; i += 4)
-        for (size_t r = 0; r < n4; r += 4) {
-            v4 a = load4(g + i * S + r), b = load4(g + (i + 1) * S + r),
-               c = load4(g + (i + 2) * S + r), d = load4(g + (i + 3) * S + r);
-            v4 ab02 = SHUFFLE(a, b, 0, 4, 2, 6), ab13 = SHUFFLE(a, b, 1, 5, 3, 7);
-            v4 cd02 = SHUFFLE(c, d, 0, 4, 2, 6), cd13 = SHUFFLE(c, d, 1, 5, 3, 7);
-            store4(gt + r * lanes + i, SHUFFLE(ab02, cd02, 0, 1, 4, 5));
-            store4(gt + (r + 1) * lanes + i, SHUFFLE(ab13, cd13, 0, 1, 4, 5));
-            store4(gt + (r + 2) * lanes + i, SHUFFLE(ab02, cd02, 2, 3, 6, 7));
-            store4(gt + (r + 3) * lanes + i, SHUFFLE(ab13, cd13, 2, 3, 6, 7));
-        }
+    for (size_t r0 = 0; r0 < n4; r0 += 32) {
+        size_t r1 = n4 - r0 < 32 ? n4 : r0 + 32;
+        for (size_t i = 0; i < lanes; i += 4)
+            for (size_t r = r0; r < r1; r += 4) {
+                v4 a = load4(g + i * S + r), b = load4(g + (i + 1) * S + r),
+                   c = load4(g + (i + 2) * S + r), d = load4(g + (i + 3) * S + r);
+                v4 ab02 = SHUFFLE(a, b, 0, 4, 2, 6), ab13 = SHUFFLE(a, b, 1, 5, 3, 7);
+                v4 cd02 = SHUFFLE(c, d, 0, 4, 2, 6), cd13 = SHUFFLE(c, d, 1, 5, 3, 7);
+                store4(gt + r * lanes + i, SHUFFLE(ab02, cd02, 0, 1, 4, 5));
+                store4(gt + (r + 1) * lanes + i, SHUFFLE(ab13, cd13, 0, 1, 4, 5));
+                store4(gt + (r + 2) * lanes + i, SHUFFLE(ab02, cd02, 2, 3, 6, 7));
+                store4(gt + (r + 3) * lanes + i, SHUFFLE(ab13, cd13, 2, 3, 6, 7));
+            }
+    }
 }
 
 /* The kernels, four doubles to a vector (AVX2 where the CPU has it, else
