@@ -88,6 +88,9 @@ INLINE void transpose_rows(const double *g, size_t S, double *gt, size_t lanes, 
 #define SJ 2
 #define GJ 2
 #define GU 4
+#define FROWS 32
+#define SROWS 32
+#define GROWS 32
 #include "layer_body.h"
 #undef VW
 #undef V
@@ -101,6 +104,9 @@ INLINE void transpose_rows(const double *g, size_t S, double *gt, size_t lanes, 
 #undef SJ
 #undef GJ
 #undef GU
+#undef FROWS
+#undef SROWS
+#undef GROWS
 
 #if PG_AVX512
 #include <immintrin.h>
@@ -124,6 +130,9 @@ INLINE512 v8 splat8(double a) { return (v8)_mm512_set1_pd(a); }
 #define SJ 4
 #define GJ 4
 #define GU 3
+#define FROWS 32
+#define SROWS 32
+#define GROWS 48
 #include "layer_body.h"
 
 /* Checked once: __builtin_cpu_supports also asks whether the OS saves the
