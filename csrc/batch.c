@@ -32,11 +32,12 @@
  *
  * Threads: a run with threads > 1 and more than one chunk starts up to
  * threads - 1 POSIX threads for it and joins them before returning: no
- * thread outlives a call, so fork() finds no pool to repair.  Each thread
- * works in a worker of its own (its rows' arrays and sums), made the first
- * time it is needed by copying worker 0's and moving its pointers.  If a
- * worker or a thread can't be had, the calling thread runs those chunks
- * itself (same bits).  Without pthreads (Windows) every run is one thread.
+ * thread outlives a call, so fork() finds no pool to repair.  The threads,
+ * the calling one included, take the chunks one at a time from a shared
+ * counter.  Each thread works in a worker of its own (its rows' arrays and
+ * sums), made the first time it is needed by copying worker 0's and moving
+ * its pointers.  If a worker or a thread can't be had, the others run its
+ * chunks (same bits).  Without pthreads (Windows) every run is one thread.
  *
  * Everything a run needs is allocated by the first run that needs it and
  * kept; nothing is allocated per row or per block.  A program must not run
@@ -47,8 +48,9 @@
 #include "node.h"
 #include "program.h"
 #include "test_hooks.h"
-#ifndef _WIN32
+#if !defined(_WIN32) && !defined(__STDC_NO_ATOMICS__)
 #include <pthread.h>
+#include <stdatomic.h>
 #define PG_THREADS 1
 #else
 #define PG_THREADS 0
@@ -589,23 +591,45 @@ static void layers_scatter_grads(const batch *b, worker *wk) {
     }
 }
 
-/* One thread's share of a run: chunks c0 .. c1 - 1. */
-typedef struct task {
+/* A run's chunks, taken one at a time by its threads from a shared
+ * counter: a thread that the scheduler keeps waiting leaves its chunks to
+ * the others, and which thread computes a chunk changes no bit (each
+ * chunk's sums are kept apart and added in chunk order). */
+typedef struct job {
     batch *b;
-    worker *wk;
     const double *rows;
     double *out;
     const double *w;
-    size_t n, c0, c1;
+    size_t n, chunks;
+#if PG_THREADS
+    atomic_size_t next;
+#else
+    size_t next;
+#endif
+} job;
+
+static size_t next_chunk(job *j) {
+#if PG_THREADS
+    return atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+#else
+    return j->next++;
+#endif
+}
+
+/* One thread's part of a run, in its own worker. */
+typedef struct task {
+    job *j;
+    worker *wk;
 } task;
 
 static void run_chunks(const task *t) {
-    batch *b = t->b;
+    job *jb = t->j;
+    batch *b = jb->b;
     worker *wk = t->wk;
     const size_t nin = b->ninputs, nout = b->nout;
-    for (size_t c = t->c0; c < t->c1; c++) {
-        size_t r0 = c * PG_CHUNK_ROWS, r1 = r0 + PG_CHUNK_ROWS < t->n ? r0 + PG_CHUNK_ROWS : t->n;
-        if (t->w != NULL) {
+    for (size_t c = next_chunk(jb); c < jb->chunks; c = next_chunk(jb)) {
+        size_t r0 = c * PG_CHUNK_ROWS, r1 = r0 + PG_CHUNK_ROWS < jb->n ? r0 + PG_CHUNK_ROWS : jb->n;
+        if (jb->w != NULL) {
             if (c == 0) {
                 memcpy(wk->shared_grad, b->base, b->nshared * sizeof(double));
             } else {
@@ -615,9 +639,9 @@ static void run_chunks(const task *t) {
         }
         for (size_t i = r0; i < r1; i += b->block) {
             size_t m = r1 - i < b->block ? r1 - i : b->block;
-            run_block(b, wk, t->rows + i * nin, m, t->out + i * nout, t->w ? t->w + i * nout : NULL);
+            run_block(b, wk, jb->rows + i * nin, m, jb->out + i * nout, jb->w ? jb->w + i * nout : NULL);
         }
-        if (t->w != NULL) {
+        if (jb->w != NULL) {
             layers_scatter_grads(b, wk);
             double *into = c == 0 ? b->base : b->partial + (c - 1) * b->nshared;
             memcpy(into, wk->shared_grad, b->nshared * sizeof(double));
@@ -632,9 +656,6 @@ static void *thread_main(void *arg) {
     return NULL;
 }
 #endif
-
-/* The chunks c0 .. c1 - 1 split into t runs: run k starts at cut(k). */
-static size_t cut(size_t chunks, size_t t, size_t k) { return chunks * k / t; }
 
 int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, const double *w,
                      uint32_t threads) {
@@ -662,21 +683,17 @@ int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, con
     }
     layers_gather_data(b);
 
+    job jb = {b, rows, out, w, n, chunks, 0};
     task tasks[MAX_WORKERS];
-    for (size_t k = 0; k < t; k++)
-        tasks[k] = (task){b, &b->work[k], rows, out, w, n, cut(chunks, t, k), cut(chunks, t, k + 1)};
+    for (size_t k = 0; k < t; k++) tasks[k] = (task){&jb, &b->work[k]};
 #if PG_THREADS
     pthread_t id[MAX_WORKERS];
     int started[MAX_WORKERS] = {0};
+    /* A thread that can't be started leaves its chunks to the others. */
     for (size_t k = 1; k < t; k++) started[k] = pthread_create(&id[k], NULL, thread_main, &tasks[k]) == 0;
     run_chunks(&tasks[0]);
-    for (size_t k = 1; k < t; k++) {
-        if (started[k]) {
-            pthread_join(id[k], NULL);
-        } else {
-            run_chunks(&tasks[k]);                /* no thread: this one does its share */
-        }
-    }
+    for (size_t k = 1; k < t; k++)
+        if (started[k]) pthread_join(id[k], NULL);
 #else
     run_chunks(&tasks[0]);
 #endif
