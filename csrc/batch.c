@@ -31,9 +31,10 @@
  * same bits.  Inputs' grads and the graph's own nodes are not touched.
  *
  * Threads: a run with threads > 1 and more than one chunk starts up to
- * threads - 1 POSIX threads for it and joins them before returning: no
- * thread outlives a call, so fork() finds no pool to repair.  The threads,
- * the calling one included, take the chunks one at a time from a shared
+ * threads - 1 POSIX threads for it (detached) and returns once every chunk
+ * is done: there is no pool, so fork() finds none to repair, and a thread
+ * that starts late finds no work and ends at once.  The threads, the
+ * calling one included, take the chunks one at a time from a shared
  * counter.  Each thread works in a worker of its own (its rows' arrays and
  * sums), made the first time it is needed by copying worker 0's and moving
  * its pointers.  If a worker or a thread can't be had, the others run its
@@ -43,6 +44,9 @@
  * kept; nothing is allocated per row or per block.  A program must not run
  * in two threads at once (Python holds a lock).
  */
+#if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L     /* sched_yield */
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include "node.h"
@@ -50,6 +54,7 @@
 #include "test_hooks.h"
 #if !defined(_WIN32) && !defined(__STDC_NO_ATOMICS__)
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #define PG_THREADS 1
 #else
@@ -594,19 +599,31 @@ static void layers_scatter_grads(const batch *b, worker *wk) {
 /* A run's chunks, taken one at a time by its threads from a shared
  * counter: a thread that the scheduler keeps waiting leaves its chunks to
  * the others, and which thread computes a chunk changes no bit (each
- * chunk's sums are kept apart and added in chunk order). */
-typedef struct job {
+ * chunk's sums are kept apart and added in chunk order).  The caller waits
+ * for every chunk to be done, not for the threads: a thread that starts
+ * after the work is gone finds no chunk and ends, touching only the job,
+ * which the last of the caller and the threads frees. */
+typedef struct job job;
+typedef struct task {
+    job *j;
+    worker *wk;
+    int thread;               /* a started thread's task (not the caller's) */
+} task;
+struct job {
     batch *b;
     const double *rows;
     double *out;
     const double *w;
     size_t n, chunks;
 #if PG_THREADS
-    atomic_size_t next;
+    atomic_size_t next;       /* the next chunk to take */
+    atomic_size_t done;       /* chunks finished */
+    atomic_uint refs;         /* the caller and each thread started */
 #else
-    size_t next;
+    size_t next, done;
 #endif
-} job;
+    task tasks[MAX_WORKERS];
+};
 
 static size_t next_chunk(job *j) {
 #if PG_THREADS
@@ -616,18 +633,17 @@ static size_t next_chunk(job *j) {
 #endif
 }
 
-/* One thread's part of a run, in its own worker. */
-typedef struct task {
-    job *j;
-    worker *wk;
-} task;
-
+/* Only the job until a chunk is taken: a thread that comes late finds
+ * none, and by then the batch may be gone. */
 static void run_chunks(const task *t) {
     job *jb = t->j;
-    batch *b = jb->b;
-    worker *wk = t->wk;
-    const size_t nin = b->ninputs, nout = b->nout;
+    int first = 1;
     for (size_t c = next_chunk(jb); c < jb->chunks; c = next_chunk(jb)) {
+        batch *b = jb->b;
+        worker *wk = t->wk;
+        const size_t nin = b->ninputs, nout = b->nout;
+        if (t->thread && first) pg_test_worker_started();   /* test builds: hold here */
+        first = 0;
         size_t r0 = c * PG_CHUNK_ROWS, r1 = r0 + PG_CHUNK_ROWS < jb->n ? r0 + PG_CHUNK_ROWS : jb->n;
         if (jb->w != NULL) {
             if (c == 0) {
@@ -646,13 +662,24 @@ static void run_chunks(const task *t) {
             double *into = c == 0 ? b->base : b->partial + (c - 1) * b->nshared;
             memcpy(into, wk->shared_grad, b->nshared * sizeof(double));
         }
+#if PG_THREADS
+        atomic_fetch_add_explicit(&jb->done, 1, memory_order_release);
+#else
+        jb->done++;
+#endif
     }
 }
 
 #if PG_THREADS
+static void release_job(job *jb) {
+    if (atomic_fetch_sub_explicit(&jb->refs, 1, memory_order_acq_rel) == 1) free(jb);
+}
+
 static void *thread_main(void *arg) {
-    pg_test_worker_started();
-    run_chunks(arg);
+    const task *t = arg;
+    job *jb = t->j;
+    run_chunks(t);
+    release_job(jb);
     return NULL;
 }
 #endif
@@ -683,19 +710,49 @@ int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, con
     }
     layers_gather_data(b);
 
-    job jb = {b, rows, out, w, n, chunks, 0};
-    task tasks[MAX_WORKERS];
-    for (size_t k = 0; k < t; k++) tasks[k] = (task){&jb, &b->work[k]};
+    /* One thread: the job on the stack.  More: on the heap, since a thread
+     * may still hold it after this call returns (made once per run; if it
+     * can't be had, one thread). */
+    job one, *jb = t > 1 ? pg_calloc(1, sizeof *jb) : NULL;
+    if (jb == NULL) {
+        memset(&one, 0, sizeof one);
+        jb = &one;
+        t = 1;
+    }
+    jb->b = b;
+    jb->rows = rows;
+    jb->out = out;
+    jb->w = w;
+    jb->n = n;
+    jb->chunks = chunks;
+    for (size_t k = 0; k < t; k++) jb->tasks[k] = (task){jb, &b->work[k], k > 0};
 #if PG_THREADS
-    pthread_t id[MAX_WORKERS];
-    int started[MAX_WORKERS] = {0};
+    atomic_init(&jb->next, 0);
+    atomic_init(&jb->done, 0);
+    atomic_init(&jb->refs, 1);
+    if (jb == &one) {
+        run_chunks(&jb->tasks[0]);
+        goto sum;
+    }
     /* A thread that can't be started leaves its chunks to the others. */
-    for (size_t k = 1; k < t; k++) started[k] = pthread_create(&id[k], NULL, thread_main, &tasks[k]) == 0;
-    run_chunks(&tasks[0]);
-    for (size_t k = 1; k < t; k++)
-        if (started[k]) pthread_join(id[k], NULL);
+    uint32_t started = 0;
+    for (size_t k = 1; k < t; k++) {
+        pthread_t id;
+        atomic_fetch_add_explicit(&jb->refs, 1, memory_order_relaxed);
+        if (pthread_create(&id, NULL, thread_main, &jb->tasks[k]) == 0) {
+            pthread_detach(id);
+            started++;
+        } else {
+            atomic_fetch_sub_explicit(&jb->refs, 1, memory_order_relaxed);
+        }
+    }
+    pg_test_caller_waits(started);              /* test builds: until they are held */
+    run_chunks(&jb->tasks[0]);
+    while (atomic_load_explicit(&jb->done, memory_order_acquire) < chunks) sched_yield();
+    release_job(jb);
+sum:
 #else
-    run_chunks(&tasks[0]);
+    run_chunks(&jb->tasks[0]);
 #endif
     if (w == NULL) return 0;
     /* Chunk order: leaf.grad = ((chunk 0) + chunk 1) + ... */

@@ -84,6 +84,23 @@ void pg_test_worker_started(void) {
     }
 }
 
+/* A batched run's caller, with hold 1: wait until its threads are held
+ * (each with a chunk), so that the run is still under way while they are. */
+void pg_test_caller_waits(uint32_t threads) {
+    for (;;) {
+        pg_mutex_lock(&hook_lock);
+        int wait = hold_workers && held_workers < threads;
+        pg_mutex_unlock(&hook_lock);
+        if (!wait) return;
+#ifdef _WIN32
+        Sleep(1);
+#else
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+#endif
+    }
+}
+
 void pg_test_hooks_lock(void) { pg_mutex_lock(&hook_lock); }
 void pg_test_hooks_unlock(void) { pg_mutex_unlock(&hook_lock); }
 #else
