@@ -41,7 +41,9 @@
  * chunks (same bits).  Without pthreads (Windows) every run is one thread.
  *
  * Everything a run needs is allocated by the first run that needs it and
- * kept; nothing is allocated per row or per block.  A program must not run
+ * kept, but a threaded run's job record (one small calloc per run: a late
+ * thread may hold it after the call); nothing is allocated per row or per
+ * block.  A program must not run
  * in two threads at once (Python holds a lock).
  */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
