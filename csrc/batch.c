@@ -1,43 +1,93 @@
 /*
- * Batched replay (Program.map): one per-sample program, run over many rows.
+ * Batched replay (Program.map, Program.train_step): one per-sample program,
+ * run over many rows.
  *
  * Compiling lays the graph below the outputs out flat in creation order,
  * children first: slot s is one node.  The leaves named as inputs take one
  * column of the rows each; every other leaf is shared by all rows (the
  * parameters, and the constants that number operands made).
  *
- * Running takes the rows in blocks of B.  Each slot holds B values and B
- * grads (structure of arrays), so each op is one loop across the block's
- * rows (the row rules of ops.c, made from the same expressions as the node
- * rules), which the compiler can vectorize; -ffp-contract=off still holds,
- * so every row's numbers are the eager ones, bit for bit.  A shared leaf's
- * data is one value (stride 0); its grad is per row.
+ * Running takes the rows in blocks of B (a power of two, at most 256, so
+ * that a block's per-row slots fit cache).  Each per-row slot holds B
+ * values and B grads (structure of arrays), so each op is one loop across
+ * the block's rows (the row rules of ops.c, made from the same expressions
+ * as the node rules), which the compiler can vectorize; -ffp-contract=off
+ * still holds, so every row's numbers are the eager ones, bit for bit.  A
+ * shared leaf's data is one value (stride 0); its grad is per row, or one
+ * sum when the leaf is used once.
  *
- * Backward, and so the order of every sum (docs/api.md, Program.map):
- * each row's sweep is backward()'s, with the output's grad set to w[r]
- * (output j: w[r, j]) instead of 1; a shared leaf's contributions within
- * row r add up in the sweep's order to g_r (from 0), and after each block
- * the leaf's grad becomes leaf.grad + g_r for each row r in row order.
- * Inputs' grads and the graph's own nodes are not touched.
+ * The order of every sum over rows (docs/batched-tier.md):
+ *  - the rows are cut into chunks of PG_CHUNK_ROWS (256): rows 0..255,
+ *    256..511, ...;
+ *  - within chunk c, a shared leaf's grad adds up each row's contribution
+ *    in row order, starting from the leaf's grad for chunk 0 and from -0.0
+ *    (which changes no sum) for every other chunk; each row's contribution
+ *    is its backward() sweep's, with the output's grad set to w[r] (output
+ *    j: w[r, j]) instead of 1;
+ *  - then leaf.grad = ((chunk 0) + chunk 1) + chunk 2 ..., in chunk order.
+ * With up to 256 rows this is backward() row after row.  The chunks are
+ * the same whatever the number of threads, which only decides who computes
+ * which chunks (contiguous runs of them), so every thread count gives the
+ * same bits.  Inputs' grads and the graph's own nodes are not touched.
  *
- * Everything is allocated by pg_batch_compile; running allocates nothing.
- * A program must not run in two threads at once (Python holds a lock).
+ * Threads: a run with threads > 1 and more than one chunk starts up to
+ * threads - 1 POSIX threads for it (detached) and returns once every chunk
+ * is done: there is no pool, so fork() finds none to repair, and a thread
+ * that starts late finds no work and ends at once.  The threads, the
+ * calling one included, take the chunks one at a time from a shared
+ * counter.  Each thread works in a worker of its own (its rows' arrays and
+ * sums), made the first time it is needed by copying worker 0's and moving
+ * its pointers.  If a worker or a thread can't be had, the others run its
+ * chunks (same bits).  Without pthreads (Windows) every run is one thread.
+ *
+ * Everything a run needs is allocated by the first run that needs it and
+ * kept, but a threaded run's job record (one small calloc per run: a late
+ * thread may hold it after the call); nothing is allocated per row or per
+ * block.  A program must not run
+ * in two threads at once (Python holds a lock).
  */
+#if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L     /* sched_yield */
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include "node.h"
 #include "program.h"
+#include "test_hooks.h"
+#if !defined(_WIN32) && !defined(__STDC_NO_ATOMICS__)
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#define PG_THREADS 1
+#else
+#define PG_THREADS 0
+#endif
 
-/* Slots x rows x (data + grad) stays within this, so a block fits cache. */
+/* A block's per-row slots x rows x (data + grad) stays within this. */
 #define BLOCK_BYTES (4u << 20)
 #define MAX_BLOCK 256u
-/* Rows a slot is padded by (see pg_batch_compile), and leaves summed at once. */
+/* Rows a slot is padded by (see lay_out), and leaves summed at once. */
 #define SLOT_PAD 8u
 #define SUM_LANES 8u
 #define NO_SLOT UINT32_MAX
+#define MAX_WORKERS 64u
+
+/* What one thread works in: every array a run writes, and the pointers
+ * into them. */
+typedef struct worker {
+    double *data, *grad;      /* nslots * stride each */
+    double *tmp;              /* block */
+    const double **x;         /* per edge: the child's data (a row vector or one value) */
+    double **gx;              /* per edge: the child's grad, per row or one sum */
+    const double **out_x;     /* per output: its data, as an edge's */
+    double **summed_into;     /* per leaf summed after each block: its chunk sum */
+    double *shared_grad;      /* per shared leaf: the chunk's sum of its grad */
+    pg_layer *layer;          /* whole layers, run as one unit each (layer.c) */
+    pg_layer_scratch scratch;
+} worker;
 
 typedef struct batch {
-    uint32_t nslots, ninputs, nout, nshared;
+    uint32_t nslots, ninputs, nout, nshared, nedges;
     size_t block;             /* rows per block, B */
     size_t stride;            /* doubles from one slot's rows to the next's */
     uint8_t *op;              /* per slot */
@@ -45,43 +95,53 @@ typedef struct batch {
     double *k;
     uint32_t *nk;
     uint32_t *first_edge;     /* slot s's children: edges first_edge[s] .. + nk[s] */
-    const double **x;         /* per edge: the child's data (a row vector or one value) */
     size_t *xs;               /* per edge: 1, or 0 for a shared leaf */
-    double **gx;              /* per edge: the child's grad, per row or one sum */
     size_t *gxs;              /* per edge: 1, or 0 for a shared leaf used once */
     uint32_t *zero_slot, nzero;       /* slots whose grads are per row */
     uint32_t *summed, nsummed;        /* shared leaves used more than once: slots */
-    double **summed_into;             /* ... and their grads' sums */
     uint32_t *input_slot;     /* per input column: its slot, or NO_SLOT if unused */
     uint32_t *out_slot;       /* per output: its slot */
-    const double **out_x;     /* per output: its data, as an edge's */
     size_t *out_xs;
-    uint32_t *shared_node;    /* per shared leaf: its handle */
+    pg_node **shared_node;    /* per shared leaf: its node (nodes never move; the
+                               * program's Values keep them alive) */
     double *shared_data;      /* per shared leaf: its data, read at each run */
-    double *shared_grad;      /* per shared leaf: its grad while a run accumulates */
-    double *data, *grad;      /* nslots * stride each */
-    double *tmp;              /* block */
-    pg_layer *layer;          /* whole layers, run as one unit each (layer.c) */
+    double *base;             /* per shared leaf: its grad at the start, then chunk 0's sum */
+    double *partial;          /* (chunks - 1) x nshared: the other chunks' sums */
+    size_t npartial;          /* chunks the partial sums have room for */
     uint32_t nlayers;
     uint32_t *layer_at;       /* per slot: 1 + the layer that starts or ends there, else 0 */
-    pg_layer_scratch scratch;
+    uint32_t *run, nrun;      /* what a sweep runs, in order: each op's slot, or a
+                               * layer's first slot for the whole layer (no leaves) */
+    worker *work;             /* MAX_WORKERS; work[0] made by compiling, the rest on demand */
+    uint32_t nwork;           /* workers made */
 } batch;
+
+static void worker_free(worker *wk, uint32_t nlayers, int owner) {
+    for (uint32_t l = 0; wk->layer != NULL && l < nlayers; l++) {
+        pg_layer *L = &wk->layer[l];
+        free(L->x); free(L->gx); free(L->gw); free(L->gb);
+        if (owner) {
+            free(L->w); free(L->bias); free(L->w_leaf); free(L->b_leaf);
+        }
+    }
+    free(wk->layer);
+    free(wk->scratch.g); free(wk->scratch.gt); free(wk->scratch.dump);
+    if (owner) free(wk->scratch.ones);
+    free(wk->data); free(wk->grad); free(wk->tmp);
+    free(wk->x); free(wk->gx); free(wk->out_x); free(wk->summed_into); free(wk->shared_grad);
+    memset(wk, 0, sizeof *wk);
+}
 
 static void batch_free(batch *b) {
     if (b == NULL) return;
-    for (uint32_t l = 0; b->layer != NULL && l < b->nlayers; l++) {
-        pg_layer *L = &b->layer[l];
-        free(L->x); free(L->gx); free(L->w); free(L->bias); free(L->gw); free(L->gb);
-        free(L->w_leaf); free(L->b_leaf);
-    }
-    free(b->layer); free(b->layer_at);
-    free(b->scratch.g); free(b->scratch.gt); free(b->scratch.dump); free(b->scratch.ones);
+    for (uint32_t i = 0; b->work != NULL && i < MAX_WORKERS; i++)
+        worker_free(&b->work[i], b->nlayers, i == 0);
+    free(b->work); free(b->layer_at); free(b->run);
     free(b->op); free(b->variant); free(b->k); free(b->nk); free(b->first_edge);
-    free(b->x); free(b->xs); free(b->gx); free(b->gxs);
-    free(b->zero_slot); free(b->summed); free(b->summed_into); free(b->input_slot); free(b->out_slot);
-    free(b->out_x); free(b->out_xs);
-    free(b->shared_node); free(b->shared_data); free(b->shared_grad);
-    free(b->data); free(b->grad); free(b->tmp);
+    free(b->xs); free(b->gxs);
+    free(b->zero_slot); free(b->summed); free(b->input_slot); free(b->out_slot);
+    free(b->out_xs);
+    free(b->shared_node); free(b->shared_data); free(b->base); free(b->partial);
     free(b);
 }
 
@@ -91,10 +151,12 @@ void pg_batch_clear(pg_batch *p) {
     p->impl = NULL;
 }
 
-/* The back end: each slot's rows and each edge's strides, from L. */
+/* The back end: each slot's rows and each edge's strides, from L, into
+ * b and its worker 0. */
 static int32_t lay_out(batch *b, const pg_layout *L, const uint32_t *inputs,
                        const uint32_t *outputs, uint32_t *bad) {
     const size_t n = L->n, edges = L->nedges;
+    worker *w0 = &b->work[0];
     int32_t *col = NULL;      /* per slot: its input column, or -1 */
     uint32_t *uses = NULL;    /* per slot: edges to it (+2 for an output) */
     uint32_t *shared_of = NULL;
@@ -127,19 +189,24 @@ static int32_t lay_out(batch *b, const pg_layout *L, const uint32_t *inputs,
     }
 
     if (rc == 0) {
-        size_t per_row = (size_t)n * 2 * sizeof(double);
-        size_t block = BLOCK_BYTES / (per_row ? per_row : 1);
-        b->block = block < 1 ? 1 : block > MAX_BLOCK ? MAX_BLOCK : block;
+        /* Only the per-row slots count: a shared leaf's rows are never
+         * read (its data is one value).  A power of two, so that blocks
+         * tile a chunk (PG_CHUNK_ROWS). */
+        size_t per_row = ((size_t)n - b->nshared) * 2 * sizeof(double) + nsummed * sizeof(double);
+        size_t block = MAX_BLOCK;
+        while (block > 1 && block * per_row > BLOCK_BYTES) block /= 2;
+        b->block = block;
         /* Not a power of two: slots a power of two apart would fall into
          * the same cache sets, and a sweep touches hundreds of them. */
         b->stride = b->block + SLOT_PAD;
         if (!(PG_ALLOC(b->op, n) && PG_ALLOC(b->variant, n) && PG_ALLOC(b->k, n) && PG_ALLOC(b->nk, n) &&
-              PG_ALLOC(b->first_edge, n) && PG_ALLOC(b->x, edges) && PG_ALLOC(b->xs, edges) &&
-              PG_ALLOC(b->gx, edges) && PG_ALLOC(b->gxs, edges) && PG_ALLOC(b->zero_slot, nzero) &&
-              PG_ALLOC(b->summed, nsummed) && PG_ALLOC(b->summed_into, nsummed) && PG_ALLOC(b->shared_node, b->nshared) &&
-              PG_ALLOC(b->shared_data, b->nshared) && PG_ALLOC(b->shared_grad, b->nshared) &&
-              PG_ALLOC(b->data, n * b->stride) && PG_ALLOC(b->grad, n * b->stride) &&
-              PG_ALLOC(b->tmp, b->block)))
+              PG_ALLOC(b->first_edge, n) && PG_ALLOC(w0->x, edges) && PG_ALLOC(b->xs, edges) &&
+              PG_ALLOC(w0->gx, edges) && PG_ALLOC(b->gxs, edges) && PG_ALLOC(b->zero_slot, nzero) &&
+              PG_ALLOC(b->summed, nsummed) && PG_ALLOC(w0->summed_into, nsummed) &&
+              PG_ALLOC(b->shared_node, b->nshared) && PG_ALLOC(b->shared_data, b->nshared) &&
+              PG_ALLOC(w0->shared_grad, b->nshared) && PG_ALLOC(b->base, b->nshared) &&
+              PG_ALLOC(w0->data, n * b->stride) && PG_ALLOC(w0->grad, n * b->stride) &&
+              PG_ALLOC(w0->tmp, b->block)))
             rc = PG_E_NOMEM;
     }
 
@@ -153,9 +220,9 @@ static int32_t lay_out(batch *b, const pg_layout *L, const uint32_t *inputs,
         b->first_edge[s] = (uint32_t)L->first_edge[s];
         if (!(shared && uses[s] == 1)) b->zero_slot[b->nzero++] = (uint32_t)s;
         if (shared) {
-            b->shared_node[shared_of[s]] = L->handle[s];
+            b->shared_node[shared_of[s]] = pg_N(L->handle[s]);
             if (uses[s] != 1) {
-                b->summed_into[b->nsummed] = &b->shared_grad[shared_of[s]];
+                w0->summed_into[b->nsummed] = &w0->shared_grad[shared_of[s]];
                 b->summed[b->nsummed++] = (uint32_t)s;
             }
         }
@@ -164,19 +231,20 @@ static int32_t lay_out(batch *b, const pg_layout *L, const uint32_t *inputs,
         uint32_t c = L->kid[e];
         int shared = L->leaf[c] && col[c] < 0;
         int direct = shared && uses[c] == 1;
-        b->x[e] = shared ? &b->shared_data[shared_of[c]] : b->data + c * b->stride;
+        w0->x[e] = shared ? &b->shared_data[shared_of[c]] : w0->data + c * b->stride;
         b->xs[e] = shared ? 0 : 1;
-        b->gx[e] = direct ? &b->shared_grad[shared_of[c]] : b->grad + c * b->stride;
+        w0->gx[e] = direct ? &w0->shared_grad[shared_of[c]] : w0->grad + c * b->stride;
         b->gxs[e] = direct ? 0 : 1;
     }
     for (uint32_t o = 0; rc == 0 && o < b->nout; o++) {
         uint32_t c = pg_layout_slot(L, outputs[o]);
         int shared = L->leaf[c] && col[c] < 0;
-        b->out_x[o] = shared ? &b->shared_data[shared_of[c]] : b->data + c * b->stride;
+        w0->out_x[o] = shared ? &b->shared_data[shared_of[c]] : w0->data + c * b->stride;
         b->out_xs[o] = shared ? 0 : 1;
         b->out_slot[o] = c;
     }
     b->nslots = (uint32_t)n;
+    b->nedges = (uint32_t)edges;
     free(shared_of);
     free(uses);
     free(col);
@@ -196,6 +264,10 @@ static uint32_t inputs_of(const batch *b, uint32_t s) {
 static uint32_t weight_edge(const batch *b, uint32_t s, uint32_t j) {
     return b->first_edge[s] + bias_of(b, s) + 2 * j;
 }
+/* The slot whose rows an edge reads (a per-row edge). */
+static size_t slot_of_rows(const batch *b, const double *x) {
+    return (size_t)(x - b->work[0].data) / b->stride;
+}
 
 /* Can slot s be a layer's neuron?  A LINEAR whose bias and weights are
  * parameters used only here, each weight times a per-row input, the inputs
@@ -208,7 +280,7 @@ static int layer_neuron(const batch *b, uint32_t s, uint32_t *mark) {
     for (uint32_t j = 0; j < inputs_of(b, s); j++) {
         uint32_t w = weight_edge(b, s, j);
         if (b->xs[w] != 0 || b->gxs[w] != 0 || b->xs[w + 1] != 1 || b->gxs[w + 1] != 1) return 0;
-        size_t in = (size_t)(b->x[w + 1] - b->data) / b->stride;
+        size_t in = slot_of_rows(b, b->work[0].x[w + 1]);
         if (mark[in] == s + 1) return 0;
         mark[in] = s + 1;
     }
@@ -217,22 +289,24 @@ static int layer_neuron(const batch *b, uint32_t s, uint32_t *mark) {
 
 /* Does slot t have slot s's variant and inputs? */
 static int same_layer(const batch *b, uint32_t s, uint32_t t) {
+    const double *const *x = b->work[0].x;
     if (b->op[t] != PG_OP_LINEAR || b->variant[t] != b->variant[s] || b->nk[t] != b->nk[s])
         return 0;
     for (uint32_t j = 0; j < inputs_of(b, s); j++)
-        if (b->x[weight_edge(b, t, j) + 1] != b->x[weight_edge(b, s, j) + 1]) return 0;
+        if (x[weight_edge(b, t, j) + 1] != x[weight_edge(b, s, j) + 1]) return 0;
     return 1;
 }
 
 static int make_layer(batch *b, pg_layer *L, uint32_t s0, uint32_t m) {
+    const worker *w0 = &b->work[0];
     L->s0 = s0;
     L->m = m;
     L->nin = inputs_of(b, s0);
-    L->lanes = (m + 3) & ~3u;
+    L->lanes = (m + 7) & ~7u;
     L->variant = b->variant[s0];
     L->stride = b->stride;
-    L->y = b->data + (size_t)s0 * b->stride;
-    L->gy = b->grad + (size_t)s0 * b->stride;
+    L->y = w0->data + (size_t)s0 * b->stride;
+    L->gy = w0->grad + (size_t)s0 * b->stride;
     if (!(PG_ALLOC(L->x, L->nin) && PG_ALLOC(L->gx, L->nin) &&
           PG_ALLOC(L->w, (size_t)L->lanes * L->nin) && PG_ALLOC(L->bias, L->lanes) &&
           PG_ALLOC(L->gw, (size_t)L->lanes * L->nin) && PG_ALLOC(L->gb, L->lanes) &&
@@ -240,16 +314,15 @@ static int make_layer(batch *b, pg_layer *L, uint32_t s0, uint32_t m) {
         return 0;
     for (uint32_t i = 0; i < m; i++) {
         uint32_t s = s0 + i;
-        if (bias_of(b, s)) L->b_leaf[i] = (uint32_t)(b->x[b->first_edge[s]] - b->shared_data);
+        if (bias_of(b, s)) L->b_leaf[i] = (uint32_t)(w0->x[b->first_edge[s]] - b->shared_data);
         for (uint32_t j = 0; j < L->nin; j++)
-            L->w_leaf[(size_t)i * L->nin + j] = (uint32_t)(b->x[weight_edge(b, s, j)] - b->shared_data);
+            L->w_leaf[(size_t)i * L->nin + j] = (uint32_t)(w0->x[weight_edge(b, s, j)] - b->shared_data);
     }
     for (uint32_t j = 0; j < L->nin; j++) {
         uint32_t e = weight_edge(b, s0, j) + 1;
-        size_t in = (size_t)(b->x[e] - b->data) / b->stride;
-        L->x[j] = b->x[e];
+        L->x[j] = w0->x[e];
         /* An input column's row grads are read by no one. */
-        L->gx[j] = b->op[in] == PG_OP_LEAF ? NULL : b->gx[e];
+        L->gx[j] = b->op[slot_of_rows(b, w0->x[e])] == PG_OP_LEAF ? NULL : w0->gx[e];
     }
     return 1;
 }
@@ -257,6 +330,7 @@ static int make_layer(batch *b, pg_layer *L, uint32_t s0, uint32_t m) {
 static int32_t find_layers(batch *b) {
     if (!PG_LAYERS) return 0;
     const uint32_t n = b->nslots;
+    worker *w0 = &b->work[0];
     uint32_t *mark = NULL;
     uint32_t lanes = 0;
     int ok = PG_ALLOC(mark, n) && PG_ALLOC(b->layer_at, n);
@@ -269,20 +343,20 @@ static int32_t find_layers(batch *b) {
                 while (t < n && same_layer(b, s, t) && layer_neuron(b, t, mark)) t++;
             if (t - s >= MIN_LAYER) {
                 if (fill) {
-                    ok = make_layer(b, &b->layer[count], s, t - s);
+                    ok = make_layer(b, &w0->layer[count], s, t - s);
                     b->nlayers = count + 1;
                     b->layer_at[s] = b->layer_at[t - 1] = count + 1;
-                    if (b->layer[count].lanes > lanes) lanes = b->layer[count].lanes;
+                    if (w0->layer[count].lanes > lanes) lanes = w0->layer[count].lanes;
                 }
                 count++;
             }
             s = t;
         }
-        if (!fill && count > 0) ok = PG_ALLOC(b->layer, count);
+        if (!fill && count > 0) ok = PG_ALLOC(w0->layer, count);
         if (!fill && count == 0) break;
     }
     free(mark);
-    pg_layer_scratch *sc = &b->scratch;
+    pg_layer_scratch *sc = &w0->scratch;
     if (ok && b->nlayers > 0) {
         ok = PG_ALLOC(sc->g, (size_t)lanes * b->stride) && PG_ALLOC(sc->gt, (size_t)lanes * b->stride) &&
              PG_ALLOC(sc->dump, b->stride) && PG_ALLOC(sc->ones, b->stride);
@@ -291,34 +365,83 @@ static int32_t find_layers(batch *b) {
     return ok ? 0 : PG_E_NOMEM;
 }
 
-/* Each layer's parameters and grads into its arrays (at a run's start),
- * and the grads' sums back (at its end). */
-static void layers_gather(batch *b) {
-    for (uint32_t l = 0; l < b->nlayers; l++) {
-        pg_layer *L = &b->layer[l];
-        for (uint32_t i = 0; i < L->m; i++) {
-            if (L->variant & PG_LINEAR_BIAS) {
-                L->bias[i] = b->shared_data[L->b_leaf[i]];
-                L->gb[i] = b->shared_grad[L->b_leaf[i]];
-            }
-            const uint32_t *leaf = L->w_leaf + (size_t)i * L->nin;
-            for (uint32_t j = 0; j < L->nin; j++) {
-                L->w[(size_t)i * L->nin + j] = b->shared_data[leaf[j]];
-                L->gw[(size_t)j * L->lanes + i] = b->shared_grad[leaf[j]];
-            }
-        }
-    }
+/* Where worker 0's pointer p points, the same place in wk: its own data,
+ * grads and chunk sums; anything else (the shared data) is shared. */
+static void *moved(const batch *b, const worker *wk, const void *p) {
+    const worker *w0 = &b->work[0];
+    uintptr_t a = (uintptr_t)p;
+    size_t rows = (size_t)b->nslots * b->stride * sizeof(double);
+    size_t sums = (size_t)b->nshared * sizeof(double);
+    if (a >= (uintptr_t)w0->data && a < (uintptr_t)w0->data + rows)
+        return (char *)wk->data + (a - (uintptr_t)w0->data);
+    if (a >= (uintptr_t)w0->grad && a < (uintptr_t)w0->grad + rows)
+        return (char *)wk->grad + (a - (uintptr_t)w0->grad);
+    if (a >= (uintptr_t)w0->shared_grad && a < (uintptr_t)w0->shared_grad + sums)
+        return (char *)wk->shared_grad + (a - (uintptr_t)w0->shared_grad);
+    return (void *)(uintptr_t)p;
 }
-static void layers_scatter(batch *b) {
-    for (uint32_t l = 0; l < b->nlayers; l++) {
-        const pg_layer *L = &b->layer[l];
-        for (uint32_t i = 0; i < L->m; i++) {
-            if (L->variant & PG_LINEAR_BIAS) b->shared_grad[L->b_leaf[i]] = L->gb[i];
-            const uint32_t *leaf = L->w_leaf + (size_t)i * L->nin;
-            for (uint32_t j = 0; j < L->nin; j++)
-                b->shared_grad[leaf[j]] = L->gw[(size_t)j * L->lanes + i];
-        }
+
+/* Worker k (> 0), a copy of worker 0 with arrays of its own: 0 or
+ * PG_E_NOMEM (then nothing is left half made). */
+static int32_t make_worker(batch *b, uint32_t k) {
+    const worker *w0 = &b->work[0];
+    worker *wk = &b->work[k];
+    const size_t n = b->nslots, edges = b->nedges;
+    int ok = PG_ALLOC(wk->data, n * b->stride) && PG_ALLOC(wk->grad, n * b->stride) &&
+             PG_ALLOC(wk->tmp, b->block) && PG_ALLOC(wk->x, edges) && PG_ALLOC(wk->gx, edges) &&
+             PG_ALLOC(wk->out_x, b->nout) && PG_ALLOC(wk->summed_into, b->nsummed) &&
+             PG_ALLOC(wk->shared_grad, b->nshared);
+    if (ok && b->nlayers > 0) ok = PG_ALLOC(wk->layer, b->nlayers);
+    for (size_t e = 0; ok && e < edges; e++) {
+        wk->x[e] = moved(b, wk, w0->x[e]);
+        wk->gx[e] = moved(b, wk, w0->gx[e]);
     }
+    for (uint32_t o = 0; ok && o < b->nout; o++) wk->out_x[o] = moved(b, wk, w0->out_x[o]);
+    for (uint32_t j = 0; ok && j < b->nsummed; j++) wk->summed_into[j] = moved(b, wk, w0->summed_into[j]);
+    uint32_t lanes = 0;
+    for (uint32_t l = 0; ok && l < b->nlayers; l++) {
+        const pg_layer *L0 = &w0->layer[l];
+        pg_layer *L = &wk->layer[l];
+        *L = *L0;                 /* w, bias and the leaf maps stay worker 0's: read only */
+        L->x = NULL; L->gx = NULL; L->gw = NULL; L->gb = NULL;
+        ok = PG_ALLOC(L->x, L->nin) && PG_ALLOC(L->gx, L->nin) &&
+             PG_ALLOC(L->gw, (size_t)L->lanes * L->nin) && PG_ALLOC(L->gb, L->lanes);
+        L->y = moved(b, wk, L0->y);
+        L->gy = moved(b, wk, L0->gy);
+        for (uint32_t j = 0; ok && j < L->nin; j++) {
+            L->x[j] = moved(b, wk, L0->x[j]);
+            L->gx[j] = L0->gx[j] ? moved(b, wk, L0->gx[j]) : NULL;
+        }
+        if (L->lanes > lanes) lanes = L->lanes;
+    }
+    if (ok && b->nlayers > 0) {
+        pg_layer_scratch *sc = &wk->scratch;
+        ok = PG_ALLOC(sc->g, (size_t)lanes * b->stride) && PG_ALLOC(sc->gt, (size_t)lanes * b->stride) &&
+             PG_ALLOC(sc->dump, b->stride);
+        sc->ones = w0->scratch.ones;
+    }
+    if (!ok) {
+        worker_free(wk, b->nlayers, 0);
+        return PG_E_NOMEM;
+    }
+    return 0;
+}
+
+/* The sweeps' list: a program of 4,554 slots (MLP(2, [64, 64, 1])) has
+ * about 4,400 leaves and 3 layers, and runs 20 entries. */
+static int32_t list_runs(batch *b) {
+    if (!PG_ALLOC(b->run, b->nslots)) return PG_E_NOMEM;
+    for (uint32_t s = 0; s < b->nslots; s++) {
+        if (b->op[s] == PG_OP_LEAF) continue;
+        b->run[b->nrun++] = s;
+#if PG_LAYERS
+        if (b->layer_at && b->layer_at[s]) {
+            const pg_layer *L = &b->work[0].layer[b->layer_at[s] - 1];
+            s = L->s0 + L->m - 1;
+        }
+#endif
+    }
+    return 0;
 }
 
 int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t *inputs,
@@ -330,14 +453,16 @@ int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t 
     int32_t rc = pg_lay_out(outputs, nout, &L, bad);
     if (rc < 0) return rc;
     batch *b = pg_calloc(1, sizeof *b);
-    if (b == NULL || !PG_ALLOC(b->input_slot, ninputs) || !PG_ALLOC(b->out_slot, nout) ||
-        !PG_ALLOC(b->out_x, nout) || !PG_ALLOC(b->out_xs, nout)) {
+    if (b == NULL || !PG_ALLOC(b->work, MAX_WORKERS) || !PG_ALLOC(b->input_slot, ninputs) ||
+        !PG_ALLOC(b->out_slot, nout) || !PG_ALLOC(b->work[0].out_x, nout) ||
+        !PG_ALLOC(b->out_xs, nout)) {
         batch_free(b);
         pg_layout_free(&L);
         return PG_E_NOMEM;
     }
     b->ninputs = ninputs;
     b->nout = nout;
+    b->nwork = 1;
     pg_lock();        /* inputs may name dead nodes: check them with the nodes still there */
     for (uint32_t c = 0; c < ninputs && rc == 0; c++)
         if (!pg_handle_valid(inputs[c])) {
@@ -347,6 +472,7 @@ int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t 
     pg_unlock();
     if (rc == 0) rc = lay_out(b, &L, inputs, outputs, bad);
     if (rc == 0) rc = find_layers(b);
+    if (rc == 0) rc = list_runs(b);
     pg_layout_free(&L);
     if (rc < 0) {
         batch_free(b);
@@ -357,66 +483,63 @@ int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t 
 }
 
 /* Point r (its rows count and scratch set) at slot s's op and arrays. */
-static void point_rows(const batch *b, uint32_t s, pg_rows *r) {
+static void point_rows(const batch *b, const worker *wk, uint32_t s, pg_rows *r) {
     uint32_t e = b->first_edge[s];
     r->k = b->k[s];
     r->nk = b->nk[s];
     r->variant = b->variant[s];
-    r->y = b->data + (size_t)s * b->stride;
-    r->gy = b->grad + (size_t)s * b->stride;
-    r->x = b->x + e;
+    r->y = wk->data + (size_t)s * b->stride;
+    r->gy = wk->grad + (size_t)s * b->stride;
+    r->x = wk->x + e;
     r->xs = b->xs + e;
-    r->gx = b->gx + e;
+    r->gx = wk->gx + e;
     r->gxs = b->gxs + e;
 }
 
-static void run_block(batch *b, const double *rows, size_t m, double *out, const double *w) {
+static void run_block(const batch *b, worker *wk, const double *rows, size_t m, double *out,
+                      const double *w) {
     const size_t B = b->stride;
     for (uint32_t c = 0; c < b->ninputs; c++) {
         uint32_t s = b->input_slot[c];
         if (s == NO_SLOT) continue;
-        double *d = b->data + (size_t)s * B;
+        double *d = wk->data + (size_t)s * B;
         for (size_t i = 0; i < m; i++) d[i] = rows[i * b->ninputs + c];
     }
     pg_rows r;
     r.n = m;
-    r.tmp = b->tmp;
-    for (uint32_t s = 0; s < b->nslots; s++) {
-        if (b->op[s] == PG_OP_LEAF) continue;
+    r.tmp = wk->tmp;
+    for (uint32_t k = 0; k < b->nrun; k++) {
+        uint32_t s = b->run[k];
 #if PG_LAYERS
         if (b->layer_at && b->layer_at[s]) {
-            const pg_layer *L = &b->layer[b->layer_at[s] - 1];
-            pg_layer_forward(L, m, b->scratch.dump);
-            s = L->s0 + L->m - 1;
+            pg_layer_forward(&wk->layer[b->layer_at[s] - 1], m, wk->scratch.dump);
             continue;
         }
 #endif
-        point_rows(b, s, &r);
+        point_rows(b, wk, s, &r);
         pg_row_rules[b->op[s]].forward(&r);
     }
     for (uint32_t j = 0; j < b->nout; j++)
-        for (size_t i = 0; i < m; i++) out[i * b->nout + j] = b->out_x[j][i * b->out_xs[j]];
+        for (size_t i = 0; i < m; i++) out[i * b->nout + j] = wk->out_x[j][i * b->out_xs[j]];
     if (w == NULL) return;
 
-    /* Up to a multiple of 4 rows: the layers run over a slot's padding too
-     * (layer.c), which must not pile up sums from block to block. */
+    /* Up to PG_ROWS_ROUNDED(m) rows: the layers run over a slot's padding
+     * too (layer.c), which must not pile up sums from block to block. */
     for (uint32_t z = 0; z < b->nzero; z++)
-        memset(b->grad + (size_t)b->zero_slot[z] * B, 0, ((m + 3) & ~(size_t)3) * sizeof(double));
+        memset(wk->grad + (size_t)b->zero_slot[z] * B, 0, PG_ROWS_ROUNDED(m) * sizeof(double));
     for (uint32_t j = 0; j < b->nout; j++) {
-        double *g = b->grad + (size_t)b->out_slot[j] * B;
+        double *g = wk->grad + (size_t)b->out_slot[j] * B;
         for (size_t i = 0; i < m; i++) g[i] += w[i * b->nout + j];
     }
-    for (uint32_t s = b->nslots; s-- > 0;) {
-        if (b->op[s] == PG_OP_LEAF) continue;
+    for (uint32_t k = b->nrun; k-- > 0;) {
+        uint32_t s = b->run[k];
 #if PG_LAYERS
         if (b->layer_at && b->layer_at[s]) {
-            const pg_layer *L = &b->layer[b->layer_at[s] - 1];
-            pg_layer_backward(L, m, &b->scratch);
-            s = L->s0;
+            pg_layer_backward(&wk->layer[b->layer_at[s] - 1], m, &wk->scratch);
             continue;
         }
 #endif
-        point_rows(b, s, &r);
+        point_rows(b, wk, s, &r);
         pg_row_rules[b->op[s]].backward(&r);
     }
     /* A leaf used more than once: its row's contributions were summed per
@@ -428,8 +551,8 @@ static void run_block(batch *b, const double *rows, size_t m, double *out, const
         double acc[SUM_LANES];
         double *into[SUM_LANES];
         for (uint32_t j = 0; j < nj; j++) {
-            g[j] = b->grad + (size_t)b->summed[j0 + j] * B;
-            into[j] = b->summed_into[j0 + j];
+            g[j] = wk->grad + (size_t)b->summed[j0 + j] * B;
+            into[j] = wk->summed_into[j0 + j];
             acc[j] = *into[j];
         }
         for (size_t i = 0; i < m; i++)
@@ -438,22 +561,208 @@ static void run_block(batch *b, const double *rows, size_t m, double *out, const
     }
 }
 
-int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, const double *w) {
+/* The layers' parameters into their arrays, once per run (every worker
+ * reads worker 0's). */
+static void layers_gather_data(batch *b) {
+    for (uint32_t l = 0; l < b->nlayers; l++) {
+        pg_layer *L = &b->work[0].layer[l];
+        for (uint32_t i = 0; i < L->m; i++) {
+            if (L->variant & PG_LINEAR_BIAS) L->bias[i] = b->shared_data[L->b_leaf[i]];
+            const uint32_t *leaf = L->w_leaf + (size_t)i * L->nin;
+            for (uint32_t j = 0; j < L->nin; j++) L->w[(size_t)i * L->nin + j] = b->shared_data[leaf[j]];
+        }
+    }
+}
+/* A worker's chunk sums into its layers' arrays (at a chunk's start), and
+ * back (at its end). */
+static void layers_gather_grads(const batch *b, worker *wk) {
+    for (uint32_t l = 0; l < b->nlayers; l++) {
+        pg_layer *L = &wk->layer[l];
+        for (uint32_t i = 0; i < L->m; i++) {
+            if (L->variant & PG_LINEAR_BIAS) L->gb[i] = wk->shared_grad[L->b_leaf[i]];
+            const uint32_t *leaf = L->w_leaf + (size_t)i * L->nin;
+            for (uint32_t j = 0; j < L->nin; j++)
+                L->gw[(size_t)j * L->lanes + i] = wk->shared_grad[leaf[j]];
+        }
+    }
+}
+static void layers_scatter_grads(const batch *b, worker *wk) {
+    for (uint32_t l = 0; l < b->nlayers; l++) {
+        const pg_layer *L = &wk->layer[l];
+        for (uint32_t i = 0; i < L->m; i++) {
+            if (L->variant & PG_LINEAR_BIAS) wk->shared_grad[L->b_leaf[i]] = L->gb[i];
+            const uint32_t *leaf = L->w_leaf + (size_t)i * L->nin;
+            for (uint32_t j = 0; j < L->nin; j++)
+                wk->shared_grad[leaf[j]] = L->gw[(size_t)j * L->lanes + i];
+        }
+    }
+}
+
+/* A run's chunks, taken one at a time by its threads from a shared
+ * counter: a thread that the scheduler keeps waiting leaves its chunks to
+ * the others, and which thread computes a chunk changes no bit (each
+ * chunk's sums are kept apart and added in chunk order).  The caller waits
+ * for every chunk to be done, not for the threads: a thread that starts
+ * after the work is gone finds no chunk and ends, touching only the job,
+ * which the last of the caller and the threads frees. */
+typedef struct job job;
+typedef struct task {
+    job *j;
+    worker *wk;
+    int thread;               /* a started thread's task (not the caller's) */
+} task;
+struct job {
+    batch *b;
+    const double *rows;
+    double *out;
+    const double *w;
+    size_t n, chunks;
+#if PG_THREADS
+    atomic_size_t next;       /* the next chunk to take */
+    atomic_size_t done;       /* chunks finished */
+    atomic_uint refs;         /* the caller and each thread started */
+#else
+    size_t next, done;
+#endif
+    task tasks[MAX_WORKERS];
+};
+
+static size_t next_chunk(job *j) {
+#if PG_THREADS
+    return atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+#else
+    return j->next++;
+#endif
+}
+
+/* Only the job until a chunk is taken: a thread that comes late finds
+ * none, and by then the batch may be gone. */
+static void run_chunks(const task *t) {
+    job *jb = t->j;
+    int first = 1;
+    for (size_t c = next_chunk(jb); c < jb->chunks; c = next_chunk(jb)) {
+        batch *b = jb->b;
+        worker *wk = t->wk;
+        const size_t nin = b->ninputs, nout = b->nout;
+        if (t->thread && first) pg_test_worker_started();   /* test builds: hold here */
+        first = 0;
+        size_t r0 = c * PG_CHUNK_ROWS, r1 = r0 + PG_CHUNK_ROWS < jb->n ? r0 + PG_CHUNK_ROWS : jb->n;
+        if (jb->w != NULL) {
+            if (c == 0) {
+                memcpy(wk->shared_grad, b->base, b->nshared * sizeof(double));
+            } else {
+                for (uint32_t j = 0; j < b->nshared; j++) wk->shared_grad[j] = -0.0;
+            }
+            layers_gather_grads(b, wk);
+        }
+        for (size_t i = r0; i < r1; i += b->block) {
+            size_t m = r1 - i < b->block ? r1 - i : b->block;
+            run_block(b, wk, jb->rows + i * nin, m, jb->out + i * nout, jb->w ? jb->w + i * nout : NULL);
+        }
+        if (jb->w != NULL) {
+            layers_scatter_grads(b, wk);
+            double *into = c == 0 ? b->base : b->partial + (c - 1) * b->nshared;
+            memcpy(into, wk->shared_grad, b->nshared * sizeof(double));
+        }
+#if PG_THREADS
+        atomic_fetch_add_explicit(&jb->done, 1, memory_order_release);
+#else
+        jb->done++;
+#endif
+    }
+}
+
+#if PG_THREADS
+static void release_job(job *jb) {
+    if (atomic_fetch_sub_explicit(&jb->refs, 1, memory_order_acq_rel) == 1) free(jb);
+}
+
+static void *thread_main(void *arg) {
+    const task *t = arg;
+    job *jb = t->j;
+    run_chunks(t);
+    release_job(jb);
+    return NULL;
+}
+#endif
+
+int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, const double *w,
+                     uint32_t threads) {
     batch *b = p->impl;
     if (b == NULL) return PG_E_ARG;
+    if (threads == 0) return PG_E_ARG;
+    const size_t chunks = (n + PG_CHUNK_ROWS - 1) / PG_CHUNK_ROWS;
+    if (w != NULL && chunks > 1 && b->npartial < chunks - 1) {
+        double *more = pg_calloc((chunks - 1) * (b->nshared ? b->nshared : 1), sizeof(double));
+        if (more == NULL) return PG_E_NOMEM;
+        free(b->partial);
+        b->partial = more;
+        b->npartial = chunks - 1;
+    }
+    size_t t = threads < chunks ? threads : chunks;
+    if (t > MAX_WORKERS) t = MAX_WORKERS;
+    if (t < 1 || !PG_THREADS) t = 1;              /* no rows: one empty run */
+    while (b->nwork < t && make_worker(b, b->nwork) == 0) b->nwork++;
+    if (t > b->nwork) t = b->nwork;              /* out of memory: fewer threads, same bits */
+
     for (uint32_t j = 0; j < b->nshared; j++) {
-        const pg_node *node = pg_N(b->shared_node[j]);
+        const pg_node *node = b->shared_node[j];
         b->shared_data[j] = node->data;
-        b->shared_grad[j] = node->grad;
+        b->base[j] = node->grad;
     }
-    layers_gather(b);
-    for (size_t r0 = 0; r0 < n; r0 += b->block) {
-        size_t m = n - r0 < b->block ? n - r0 : b->block;
-        run_block(b, rows + r0 * b->ninputs, m, out + r0 * b->nout, w ? w + r0 * b->nout : NULL);
+    layers_gather_data(b);
+
+    /* One thread: the job on the stack.  More: on the heap, since a thread
+     * may still hold it after this call returns (made once per run; if it
+     * can't be had, one thread). */
+    job one, *jb = t > 1 ? pg_calloc(1, sizeof *jb) : NULL;
+    if (jb == NULL) {
+        memset(&one, 0, sizeof one);
+        jb = &one;
+        t = 1;
     }
-    if (w != NULL) layers_scatter(b);
-    if (w != NULL)
-        for (uint32_t j = 0; j < b->nshared; j++) pg_N(b->shared_node[j])->grad = b->shared_grad[j];
+    jb->b = b;
+    jb->rows = rows;
+    jb->out = out;
+    jb->w = w;
+    jb->n = n;
+    jb->chunks = chunks;
+    for (size_t k = 0; k < t; k++) jb->tasks[k] = (task){jb, &b->work[k], k > 0};
+#if PG_THREADS
+    atomic_init(&jb->next, 0);
+    atomic_init(&jb->done, 0);
+    atomic_init(&jb->refs, 1);
+    if (jb == &one) {
+        run_chunks(&jb->tasks[0]);
+        goto sum;
+    }
+    /* A thread that can't be started leaves its chunks to the others. */
+    uint32_t started = 0;
+    for (size_t k = 1; k < t; k++) {
+        pthread_t id;
+        atomic_fetch_add_explicit(&jb->refs, 1, memory_order_relaxed);
+        if (pthread_create(&id, NULL, thread_main, &jb->tasks[k]) == 0) {
+            pthread_detach(id);
+            started++;
+        } else {
+            atomic_fetch_sub_explicit(&jb->refs, 1, memory_order_relaxed);
+        }
+    }
+    pg_test_caller_waits(started);              /* test builds: until they are held */
+    run_chunks(&jb->tasks[0]);
+    while (atomic_load_explicit(&jb->done, memory_order_acquire) < chunks) sched_yield();
+    release_job(jb);
+sum:
+#else
+    run_chunks(&jb->tasks[0]);
+#endif
+    if (w == NULL) return 0;
+    /* Chunk order: leaf.grad = ((chunk 0) + chunk 1) + ... */
+    for (size_t c = 1; c < chunks; c++) {
+        const double *part = b->partial + (c - 1) * b->nshared;
+        for (uint32_t j = 0; j < b->nshared; j++) b->base[j] = b->base[j] + part[j];
+    }
+    for (uint32_t j = 0; j < b->nshared; j++) b->shared_node[j]->grad = b->base[j];
     return 0;
 }
 
@@ -466,4 +775,26 @@ int32_t pg_batch_layers(const pg_batch *p) {
     const batch *b = p->impl;
     if (!PG_LAYERS) return -1;
     return b ? (int32_t)b->nlayers : 0;
+}
+
+int32_t pg_batch_step(pg_batch *p, const double *rows, size_t n, double *out, const double *w,
+                      uint32_t threads, const pg_optimizer *opt) {
+    if (p->impl == NULL || w == NULL || opt == NULL) return PG_E_ARG;
+    if (opt->kind == PG_OPT_SGD) {
+        if (opt->ns1 < opt->n) return PG_E_ARG;
+    } else if (opt->kind == PG_OPT_ADAM) {
+        if (opt->ns1 < opt->n || opt->ns2 < opt->n) return PG_E_ARG;
+    } else {
+        return PG_E_ARG;
+    }
+    /* What zero_grad(), map() and step() do, one after the other. */
+    for (uint32_t i = 0; i < opt->n; i++) pg_N(opt->params[i])->grad = 0.0;
+    int32_t rc = pg_batch_run(p, rows, n, out, w, threads);
+    if (rc < 0) return rc;
+    if (opt->kind == PG_OPT_SGD)
+        return pg_sgd_step(opt->params, opt->n, opt->lr, opt->momentum, opt->weight_decay,
+                           opt->s1, opt->ns1, opt->steps);
+    return pg_adam_step(opt->params, opt->n, opt->lr, opt->beta1, opt->beta2, opt->eps,
+                        opt->weight_decay, opt->bias1, opt->bias2, opt->s1, opt->ns1, opt->s2,
+                        opt->ns2, opt->steps);
 }

@@ -127,7 +127,7 @@ RELEASES_GIL = ("pg_backward", "pg_backward_resume", "pg_sweep_restore", "pg_swe
                 "pg_nary", "pg_linear_layer", "pg_mlp", "pg_gather_data", "pg_gather_grad",
                 "pg_scatter_data", "pg_fill_grad", "pg_sgd_step", "pg_adam_step",
                 "pg_compile", "pg_program_forward", "pg_program_backward",
-                "pg_program_clear", "pg_batch_compile", "pg_batch_run", "pg_batch_clear")
+                "pg_program_clear", "pg_batch_compile", "pg_batch_run", "pg_batch_step", "pg_batch_clear")
 
 
 def gil_source(cdef: str) -> str:

@@ -259,9 +259,9 @@ UNARY_OP(ABS, fabs(x), sign_of(x) * g)
             acc = X(src, 0);                                                    \
             j = 1;                                                              \
         } else {                                                                \
-            acc = X(src, 0) * X(src, 1);                                        \
+            acc = PG_LINEAR_FIRST(X(src, 0), X(src, 1));                        \
         }                                                                       \
-        for (; j < nk; j += 2) acc = acc + X(src, j) * X(src, j + 1);           \
+        for (; j < nk; j += 2) acc = PG_LINEAR_TERM(acc, X(src, j), X(src, j + 1)); \
         Y(src) = pg_act(VARIANT(src) & PG_ACT_MASK, acc);                       \
     }                                                                           \
     static void prefix##_backward_LINEAR(src_t src) {                           \
@@ -269,10 +269,10 @@ UNARY_OP(ABS, fabs(x), sign_of(x) * g)
         double g = pg_act_grad(VARIANT(src) & PG_ACT_MASK, Y(src), GY(src));    \
         uint32_t first = (VARIANT(src) & PG_LINEAR_BIAS) ? 1 : 0;               \
         for (uint32_t j = nk; j > first; j -= 2) {                              \
-            if (first && j - 2 == first) G(src, 0) += g;                        \
+            if (first && j - 2 == first) G(src, 0) = PG_LINEAR_BGRAD(G(src, 0), g); \
             PAIR_GRAD(src, j - 2, j - 1, g);                                    \
         }                                                                       \
-        if (first && nk == 1) G(src, 0) += g;                                   \
+        if (first && nk == 1) G(src, 0) = PG_LINEAR_BGRAD(G(src, 0), g);       \
     }
 #define NODE_COUNT(n) ((n)->kid[0])
 #define NODE_VARIANT(n) ((n)->variant)
@@ -285,8 +285,8 @@ UNARY_OP(ABS, fabs(x), sign_of(x) * g)
 #define NODE_PAIR_GRAD(n, a, b, g)                                      \
     do {                                                                \
         pg_node *w_ = pg_N((n)->aux.kids[a]), *x_ = pg_N((n)->aux.kids[b]); \
-        w_->grad += x_->data * (g);                                     \
-        x_->grad += w_->data * (g);                                     \
+        w_->grad = PG_LINEAR_WGRAD(w_->grad, x_->data, g);              \
+        x_->grad = PG_LINEAR_XGRAD(x_->grad, w_->data, g);              \
     } while (0)
 LINEAR_RULES(node, pg_node *, NODE_COUNT, NODE_VARIANT, NODE_Y, NODE_GY, NODE_X, NODE_G,
              NODE_PAIR_GRAD)
@@ -302,12 +302,17 @@ LINEAR_RULES(node, pg_node *, NODE_COUNT, NODE_VARIANT, NODE_Y, NODE_GY, NODE_X,
         ADD(0);                                                  \
         if ((nk) > 1) ADD(1);                                    \
     } while (0)
-static void forward_SUM(pg_node *n) {
-    const uint32_t *k = n->aux.kids;
-    double acc = pg_N(k[0])->data;
-    for (uint32_t i = 1; i < n->kid[0]; i++) acc = acc + pg_N(k[i])->data;
-    n->data = acc;
-}
+/* The forward, written once for any way of reading input j of row i (as
+ * LSE_RULES below): a node's children (row 0), or a program's rows. */
+#define SUM_RULES(prefix, src_t, count, X)                              \
+    static double prefix##_total(src_t src, size_t i) {                 \
+        double acc = X(src, 0, i);                                      \
+        for (uint32_t j = 1; j < (count); j++) acc = acc + X(src, j, i); \
+        return acc;                                                     \
+    }
+#define NODE_INPUT(n, j, i) ((void)(i), pg_N((n)->aux.kids[j])->data)
+SUM_RULES(sum, const pg_node *, src->kid[0], NODE_INPUT)
+static void forward_SUM(pg_node *n) { n->data = sum_total(n, 0); }
 static void backward_SUM(pg_node *n) {
     const uint32_t *k = n->aux.kids;
     double g = n->grad;
@@ -320,7 +325,7 @@ static void backward_SUM(pg_node *n) {
  * PyTorch), so no exp overflows.  m is a constant: its gradient cancels.
  * The shift and the sum are written once, for any way of reading input j
  * (of count) of row i: a node's children (row 0), or a program's rows. */
-#define LSE_RULES(prefix, src_t, count, X)                                  \
+#define LSE_RULES(prefix, src_t, count, X, G)                               \
     static double prefix##_shift(src_t src, size_t i) {                     \
         double m = X(src, 0, i);                                            \
         for (uint32_t j = 1; j < (count); j++) {                            \
@@ -333,23 +338,21 @@ static void backward_SUM(pg_node *n) {
         double s = exp(X(src, 0, i) - m);                                   \
         for (uint32_t j = 1; j < (count); j++) s = s + exp(X(src, j, i) - m); \
         return s;                                                           \
+    }                                                                       \
+    static double prefix##_value(src_t src, size_t i) {                     \
+        double m = prefix##_shift(src, i);                                  \
+        return log(prefix##_total(src, i, m)) + m;                          \
+    }                                                                       \
+    /* Plain graph: x_j.grad += exp(x_j - m) * (g / s), last term first. */ \
+    static void prefix##_grads(src_t src, size_t i, double g) {             \
+        double m = prefix##_shift(src, i);                                  \
+        double q = g / prefix##_total(src, i, m);                           \
+        for (uint32_t j = (count); j-- > 0;) G(src, j, i) += exp(X(src, j, i) - m) * q; \
     }
-#define NODE_INPUT(n, j, i) ((void)(i), pg_N((n)->aux.kids[j])->data)
-LSE_RULES(lse, const pg_node *, src->kid[0], NODE_INPUT)
-static void forward_LOGSUMEXP(pg_node *n) {
-    double m = lse_shift(n, 0);
-    n->data = log(lse_total(n, 0, m)) + m;
-}
-/* Plain graph: x_i.grad += exp(x_i - m) * (g / s), last term first. */
-static void backward_LOGSUMEXP(pg_node *n) {
-    const uint32_t *k = n->aux.kids;
-    double m = lse_shift(n, 0);
-    double q = n->grad / lse_total(n, 0, m);
-    for (uint32_t i = n->kid[0]; i-- > 0;) {
-        pg_node *x = pg_N(k[i]);
-        x->grad += exp(x->data - m) * q;
-    }
-}
+#define NODE_GRAD(n, j, i) (*((void)(i), &pg_N((n)->aux.kids[j])->grad))
+LSE_RULES(lse, const pg_node *, src->kid[0], NODE_INPUT, NODE_GRAD)
+static void forward_LOGSUMEXP(pg_node *n) { n->data = lse_value(n, 0); }
+static void backward_LOGSUMEXP(pg_node *n) { lse_grads(n, 0, n->grad); }
 
 /* The fused ops across rows: per row, exactly the node rules above.  The
  * common LINEAR case (a shared weight times a per-row input) goes through
@@ -357,21 +360,28 @@ static void backward_LOGSUMEXP(pg_node *n) {
  * builds for AVX2 too: ROW_LOOP, program.h).  A whole layer of such
  * neurons runs as one unit instead (layer.c). */
 
-ROW_LOOP static void add_scaled(double *restrict y, double a, const double *restrict v, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = y[i] + a * v[i];
+/* A shared weight w's term across rows: y + w x (forward), or the input's
+ * grads x.grad + w g (backward). */
+ROW_LOOP static void add_term(double *restrict y, double w, const double *restrict x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = PG_LINEAR_TERM(y[i], w, x[i]);
 }
-ROW_LOOP static void add_products(double *restrict y, const double *restrict u,
-                                  const double *restrict v, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = y[i] + u[i] * v[i];
+ROW_LOOP static void add_xgrad(double *restrict gx, double w, const double *restrict g, size_t n) {
+    for (size_t i = 0; i < n; i++) gx[i] = PG_LINEAR_XGRAD(gx[i], w, g[i]);
+}
+/* Per-row weights' grads: gw + x g. */
+ROW_LOOP static void add_wgrad(double *restrict gw, const double *restrict x,
+                               const double *restrict g, size_t n) {
+    for (size_t i = 0; i < n; i++) gw[i] = PG_LINEAR_WGRAD(gw[i], x[i], g[i]);
 }
 /* y + w0 v0 + w1 v1 + w2 v2 + w3 v3, left to right. */
-ROW_LOOP static void add_scaled4(double *restrict y, const double *w,
-                                 const double *const *v, size_t n) {
+ROW_LOOP static void add_terms4(double *restrict y, const double *w,
+                                const double *const *v, size_t n) {
     double w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
     const double *restrict v0 = v[0], *restrict v1 = v[1], *restrict v2 = v[2],
                  *restrict v3 = v[3];
     for (size_t i = 0; i < n; i++)
-        y[i] = (((y[i] + w0 * v0[i]) + w1 * v1[i]) + w2 * v2[i]) + w3 * v3[i];
+        y[i] = PG_LINEAR_TERM(PG_LINEAR_TERM(PG_LINEAR_TERM(PG_LINEAR_TERM(y[i], w0, v0[i]),
+                                                            w1, v1[i]), w2, v2[i]), w3, v3[i]);
 }
 
 /* Are the k pairs from child j on all a shared weight times a per-row input? */
@@ -390,8 +400,8 @@ static int shared_weights(const pg_rows *r, uint32_t j, uint32_t k) {
 #define ROW_G(r, j) ((r)->gx[j][0])
 #define ROW_PAIR_GRAD(r, a, b, g)                   \
     do {                                            \
-        ROW_G(r, a) += ROW_X(r, b) * (g);           \
-        ROW_G(r, b) += ROW_X(r, a) * (g);           \
+        ROW_G(r, a) = PG_LINEAR_WGRAD(ROW_G(r, a), ROW_X(r, b), g); \
+        ROW_G(r, b) = PG_LINEAR_XGRAD(ROW_G(r, b), ROW_X(r, a), g); \
     } while (0)
 LINEAR_RULES(row, const pg_rows *, ROW_COUNT, ROW_VARIANT, ROW_Y, ROW_GY, ROW_X, ROW_G,
              ROW_PAIR_GRAD)
@@ -407,34 +417,33 @@ static void rows_forward_LINEAR(const pg_rows *r) {
         for (size_t i = 0; i < r->n; i++) y[i] = XR(r, 0, i);
         j = 1;
     } else {
-        for (size_t i = 0; i < r->n; i++) y[i] = XR(r, 0, i) * XR(r, 1, i);
+        for (size_t i = 0; i < r->n; i++) y[i] = PG_LINEAR_FIRST(XR(r, 0, i), XR(r, 1, i));
     }
     for (; j < r->nk; j += 2) {
         if (j + 7 < r->nk && shared_weights(r, j, 4)) {
             /* Four terms per pass over y, added in the same order. */
             double w[4] = {r->x[j][0], r->x[j + 2][0], r->x[j + 4][0], r->x[j + 6][0]};
             const double *v[4] = {r->x[j + 1], r->x[j + 3], r->x[j + 5], r->x[j + 7]};
-            add_scaled4(y, w, v, r->n);
+            add_terms4(y, w, v, r->n);
             j += 6;
         } else if (r->xs[j] == 0 && r->xs[j + 1] == 1) {      /* shared weight, per-row input */
-            add_scaled(y, r->x[j][0], r->x[j + 1], r->n);
+            add_term(y, r->x[j][0], r->x[j + 1], r->n);
         } else {
-            for (size_t i = 0; i < r->n; i++) y[i] = y[i] + XR(r, j, i) * XR(r, j + 1, i);
+            for (size_t i = 0; i < r->n; i++) y[i] = PG_LINEAR_TERM(y[i], XR(r, j, i), XR(r, j + 1, i));
         }
     }
     const int act = r->variant & PG_ACT_MASK;
-    if (act)
-        for (size_t i = 0; i < r->n; i++) y[i] = pg_act(act, y[i]);
+    if (act) PG_FOR_ACT(act, A, for (size_t i = 0; i < r->n; i++) y[i] = pg_act(A, y[i]));
 }
 /* Four sums side by side, each in row order: acc[t] += v[t][i] * g[i]. */
 static void sums4(double *acc, const double *const *v, const double *g, size_t n) {
     double a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
     for (size_t i = 0; i < n; i++) {
         double gi = g[i];
-        a0 = a0 + v[0][i] * gi;
-        a1 = a1 + v[1][i] * gi;
-        a2 = a2 + v[2][i] * gi;
-        a3 = a3 + v[3][i] * gi;
+        a0 = PG_LINEAR_WGRAD(a0, v[0][i], gi);
+        a1 = PG_LINEAR_WGRAD(a1, v[1][i], gi);
+        a2 = PG_LINEAR_WGRAD(a2, v[2][i], gi);
+        a3 = PG_LINEAR_WGRAD(a3, v[3][i], gi);
     }
     acc[0] = a0;
     acc[1] = a1;
@@ -456,20 +465,20 @@ static void rows_backward_LINEAR(const pg_rows *r) {
     double *g = r->tmp;
     const double *y = r->y, *gy = r->gy;
     const int act = r->variant & PG_ACT_MASK;
-    for (size_t i = 0; i < r->n; i++) g[i] = pg_act_grad(act, y[i], gy[i]);
+    PG_FOR_ACT(act, A, for (size_t i = 0; i < r->n; i++) g[i] = pg_act_grad(A, y[i], gy[i]));
     uint32_t first = (r->variant & PG_LINEAR_BIAS) ? 1 : 0;
     /* A bias used only here sums alone: where its adds fall among the
      * others' changes nothing. */
     int bias_alone = first && r->xs[0] == 0 && r->gxs[0] == 0;
     if (bias_alone) {
         double acc = *r->gx[0];
-        for (size_t i = 0; i < r->n; i++) acc = acc + g[i];
+        for (size_t i = 0; i < r->n; i++) acc = PG_LINEAR_BGRAD(acc, g[i]);
         *r->gx[0] = acc;
     }
     uint32_t j = r->nk;
     while (j > first) {
         if (first && !bias_alone && j - 2 == first)
-            for (size_t i = 0; i < r->n; i++) GR(r, 0, i) += g[i];
+            for (size_t i = 0; i < r->n; i++) GR(r, 0, i) = PG_LINEAR_BGRAD(GR(r, 0, i), g[i]);
         /* Up to eight direct pairs at once: their sums side by side (each
          * in row order), where one alone would wait on its own adds. */
         uint32_t q = 0;
@@ -487,12 +496,12 @@ static void rows_backward_LINEAR(const pg_rows *r) {
             for (; u + 4 <= q; u += 4) sums4(acc + u, v + u, g, r->n);
             for (; u < q; u++) {
                 double a = acc[u];
-                for (size_t i = 0; i < r->n; i++) a = a + v[u][i] * g[i];
+                for (size_t i = 0; i < r->n; i++) a = PG_LINEAR_WGRAD(a, v[u][i], g[i]);
                 acc[u] = a;
             }
             for (uint32_t t = 0; t < q; t++) {
                 *r->gx[j - 2 * t - 2] = acc[t];
-                add_scaled(r->gx[j - 2 * t - 1], r->x[j - 2 * t - 2][0], g, r->n);
+                add_xgrad(r->gx[j - 2 * t - 1], r->x[j - 2 * t - 2][0], g, r->n);
             }
             j -= 2 * q;
             continue;
@@ -500,24 +509,23 @@ static void rows_backward_LINEAR(const pg_rows *r) {
         double *gw = r->gx[j - 2], *gv = r->gx[j - 1];
         if (r->xs[j - 2] == 0 && r->xs[j - 1] == 1 && r->gxs[j - 2] == 1 && r->gxs[j - 1] == 1 &&
             gw != gv) {
-            add_products(gw, r->x[j - 1], g, r->n);
-            add_scaled(gv, r->x[j - 2][0], g, r->n);
+            add_wgrad(gw, r->x[j - 1], g, r->n);
+            add_xgrad(gv, r->x[j - 2][0], g, r->n);
         } else {
             for (size_t i = 0; i < r->n; i++) {
-                GR(r, j - 2, i) += XR(r, j - 1, i) * g[i];
-                GR(r, j - 1, i) += XR(r, j - 2, i) * g[i];
+                GR(r, j - 2, i) = PG_LINEAR_WGRAD(GR(r, j - 2, i), XR(r, j - 1, i), g[i]);
+                GR(r, j - 1, i) = PG_LINEAR_XGRAD(GR(r, j - 1, i), XR(r, j - 2, i), g[i]);
             }
         }
         j -= 2;
     }
     if (first && !bias_alone && r->nk == 1)
-        for (size_t i = 0; i < r->n; i++) GR(r, 0, i) += g[i];
+        for (size_t i = 0; i < r->n; i++) GR(r, 0, i) = PG_LINEAR_BGRAD(GR(r, 0, i), g[i]);
 }
 
+SUM_RULES(rows_sum, const pg_rows *, src->nk, XR)
 static void rows_forward_SUM(const pg_rows *r) {
-    for (size_t i = 0; i < r->n; i++) r->y[i] = XR(r, 0, i);
-    for (uint32_t j = 1; j < r->nk; j++)
-        for (size_t i = 0; i < r->n; i++) r->y[i] = r->y[i] + XR(r, j, i);
+    for (size_t i = 0; i < r->n; i++) r->y[i] = rows_sum_total(r, i);
 }
 static void rows_backward_SUM(const pg_rows *r) {
 #define ROWS_ADD(j) for (size_t i = 0; i < r->n; i++) GR(r, j, i) += r->gy[i]
@@ -526,19 +534,12 @@ static void rows_backward_SUM(const pg_rows *r) {
 }
 
 /* One row at a time: the shift m is per row. */
-LSE_RULES(rows_lse, const pg_rows *, src->nk, XR)
+LSE_RULES(rows_lse, const pg_rows *, src->nk, XR, GR)
 static void rows_forward_LOGSUMEXP(const pg_rows *r) {
-    for (size_t i = 0; i < r->n; i++) {
-        double m = rows_lse_shift(r, i);
-        r->y[i] = log(rows_lse_total(r, i, m)) + m;
-    }
+    for (size_t i = 0; i < r->n; i++) r->y[i] = rows_lse_value(r, i);
 }
 static void rows_backward_LOGSUMEXP(const pg_rows *r) {
-    for (size_t i = 0; i < r->n; i++) {
-        double m = rows_lse_shift(r, i);
-        double q = r->gy[i] / rows_lse_total(r, i, m);
-        for (uint32_t j = r->nk; j-- > 0;) GR(r, j, i) += exp(XR(r, j, i) - m) * q;
-    }
+    for (size_t i = 0; i < r->n; i++) rows_lse_grads(r, i, r->gy[i]);
 }
 
 /* pygrad.Function: the user's partials, captured at forward time (a scalar

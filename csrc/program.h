@@ -98,9 +98,16 @@ static inline int pg_program_runs(const pg_node *n) {
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && \
     !defined(__SANITIZE_ADDRESS__)
 #define ROW_LOOP __attribute__((target_clones("avx2", "default")))
+/* Whole layers (layer.c) also have AVX-512 kernels, picked at run time. */
+#define PG_AVX512 1
 #else
 #define ROW_LOOP
+#define PG_AVX512 0
 #endif
+
+/* Rows a layer computes for n rows: n rounded up to a vector of eight (a
+ * slot's padding, SLOT_PAD in batch.c, holds the rows past n). */
+#define PG_ROWS_ROUNDED(n) (((n) + 7) & ~(size_t)7)
 
 /* A layer across rows (layer.c): m neurons, consecutive LINEAR slots of one
  * variant over the same nin per-row inputs (distinct), each weight and bias
@@ -114,7 +121,7 @@ static inline int pg_program_runs(const pg_node *n) {
 #endif
 typedef struct pg_layer {
     uint32_t s0, m, nin;      /* first slot, neurons, inputs */
-    uint32_t lanes;           /* m rounded up to a multiple of 4 */
+    uint32_t lanes;           /* m rounded up to a multiple of 8 */
     int variant;              /* LINEAR's: activation | PG_LINEAR_BIAS */
     size_t stride;            /* doubles from one slot's rows to the next's */
     double *y, *gy;           /* neuron i's rows: y + i * stride, and their grads */
@@ -132,7 +139,7 @@ typedef struct pg_layer_scratch {
     double *dump;             /* stride: where the neurons past m write */
     double *ones;             /* stride ones: the bias's "input" */
 } pg_layer_scratch;
-/* n rows (rows up to n rounded up to 4 may be computed too: a slot's
+/* n rows (rows up to PG_ROWS_ROUNDED(n) may be computed too: a slot's
  * padding). */
 void pg_layer_forward(const pg_layer *L, size_t n, double *dump);
 void pg_layer_backward(const pg_layer *L, size_t n, const pg_layer_scratch *s);

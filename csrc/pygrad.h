@@ -208,7 +208,34 @@ typedef struct pg_batch {
 } pg_batch;
 int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t *inputs,
                          uint32_t ninputs, pg_batch *b, uint32_t *bad);
-int32_t pg_batch_run(pg_batch *b, const double *rows, size_t n, double *out, const double *w);
+int32_t pg_batch_run(pg_batch *b, const double *rows, size_t n, double *out, const double *w,
+                     uint32_t threads);
+/* The rows of one chunk: sums over rows run chunk by chunk (batch.c), and a
+ * run splits its chunks between up to `threads` threads (PG_E_ARG for 0);
+ * every thread count gives the same bits. */
+#define PG_CHUNK_ROWS 256
+/* An optimizer's step over params[0..n) (pg_sgd_step, pg_adam_step), for
+ * pg_batch_step: s1 is SGD's velocity or Adam's m, s2 Adam's v, each with
+ * its length; *steps counts the steps. */
+#define PG_OPT_SGD 1
+#define PG_OPT_ADAM 2
+typedef struct pg_optimizer {
+    int32_t kind;
+    uint32_t n;
+    const uint32_t *params;
+    double lr, momentum, beta1, beta2, eps, weight_decay, bias1, bias2;
+    double *s1;
+    size_t ns1;
+    double *s2;
+    size_t ns2;
+    double *steps;
+} pg_optimizer;
+/* One training step in one call: the optimizer's parameters' grads set to
+ * 0, pg_batch_run with the weights w, then the optimizer's step: the same
+ * bits as the three calls.  PG_E_ARG (nothing changed) for no program, no
+ * w, an unknown kind or state arrays shorter than n; PG_E_NOMEM. */
+int32_t pg_batch_step(pg_batch *b, const double *rows, size_t n, double *out, const double *w,
+                      uint32_t threads, const pg_optimizer *opt);
 uint32_t pg_batch_slots(const pg_batch *b);
 /* How many whole layers run as one unit each (batch.c, layer.c); -1 in a
  * build without the layer kernels (a compiler without vector extensions). */

@@ -3,10 +3,16 @@
  * countdowns have their own lock: an allocation can happen with or without
  * the graph's lock held.
  */
+#if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L     /* nanosleep */
+#endif
 #include "test_hooks.h"
 
 #ifdef PG_TEST_HOOKS
 #include "lock.h"
+#ifndef _WIN32
+#include <time.h>
+#endif
 
 static pg_mutex hook_lock = PG_MUTEX_INIT;
 static uint32_t alloc_countdown;          /* 0: disarmed */
@@ -40,6 +46,60 @@ static int counted_down(uint32_t *countdown) {
 
 int pg_alloc_fails(void) { return counted_down(&alloc_countdown); }
 int pg_unmap_fails(void) { return counted_down(&unmap_countdown); }
+
+static int hold_workers;
+static uint32_t held_workers;
+
+void pg_hold_workers(int hold) {
+    pg_mutex_lock(&hook_lock);
+    hold_workers = hold;
+    pg_mutex_unlock(&hook_lock);
+}
+
+uint32_t pg_held_workers(void) {
+    pg_mutex_lock(&hook_lock);
+    uint32_t n = held_workers;
+    pg_mutex_unlock(&hook_lock);
+    return n;
+}
+
+/* A batched run's thread: wait (polling, never holding the lock while
+ * asleep) while the tests hold the workers. */
+void pg_test_worker_started(void) {
+    int counted = 0;
+    for (;;) {
+        pg_mutex_lock(&hook_lock);
+        int hold = hold_workers;
+        if (hold && !counted) held_workers++;
+        if (!hold && counted) held_workers--;
+        pg_mutex_unlock(&hook_lock);
+        if (!hold) return;
+        counted = 1;
+#ifdef _WIN32
+        Sleep(1);
+#else
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+#endif
+    }
+}
+
+/* A batched run's caller, with hold 1: wait until its threads are held
+ * (each with a chunk), so that the run is still under way while they are. */
+void pg_test_caller_waits(uint32_t threads) {
+    for (;;) {
+        pg_mutex_lock(&hook_lock);
+        int wait = hold_workers && held_workers < threads;
+        pg_mutex_unlock(&hook_lock);
+        if (!wait) return;
+#ifdef _WIN32
+        Sleep(1);
+#else
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+#endif
+    }
+}
 
 void pg_test_hooks_lock(void) { pg_mutex_lock(&hook_lock); }
 void pg_test_hooks_unlock(void) { pg_mutex_unlock(&hook_lock); }

@@ -26,6 +26,12 @@ void pg_fail_unmap(uint32_t n);
 /* At most n live segments (0: the whole handle space), to exhaust the
  * handle space without 2^30 nodes. */
 void pg_limit_segments(uint32_t n);
+/* With hold 1, each thread a batched run starts (batch.c) waits once it
+ * has taken its first chunk, until hold is 0 again (and the calling thread
+ * waits until they all do, so each holds one); pg_held_workers says how
+ * many wait now. */
+void pg_hold_workers(int hold);
+uint32_t pg_held_workers(void);
 /* cdef-end */
 
 /* For the core: does this allocation (unmap) fail?  The hooks' lock is
@@ -34,7 +40,11 @@ int pg_alloc_fails(void);
 int pg_unmap_fails(void);
 void pg_test_hooks_lock(void);
 void pg_test_hooks_unlock(void);
+void pg_test_worker_started(void);
+void pg_test_caller_waits(uint32_t threads);
 #else
+static inline void pg_test_worker_started(void) {}
+static inline void pg_test_caller_waits(uint32_t threads) { (void)threads; }
 static inline int pg_alloc_fails(void) { return 0; }
 static inline int pg_unmap_fails(void) { return 0; }
 static inline void pg_test_hooks_lock(void) {}

@@ -69,6 +69,12 @@ class Backend:
         (made once per array: it must stay the array it was made from)."""
         return arr
 
+    def fused_optimizer(self, kind: str, packed: Any, steps: Any) -> Any:
+        """The C description of an optimizer's step ('sgd' or 'adam') for
+        Program.train_step; only the C engine has one."""
+        raise TypeError("train_step needs an optimizer over pygrad.Values (C engine), "
+                        "not reference Values")
+
     def fill_grad(self, packed: Any, x: float) -> None:
         """Set every Value's grad to ``x``."""
         for p in packed:
@@ -197,6 +203,14 @@ class _CBackend(Backend):
 
     def pack(self, values: Iterable[Any]) -> Any:
         return ffi.new("uint32_t[]", [v._h for v in values])
+
+    def fused_optimizer(self, kind: str, packed: Any, steps: Any) -> Any:
+        f = ffi.new("pg_optimizer *")
+        f.kind = lib.PG_OPT_SGD if kind == "sgd" else lib.PG_OPT_ADAM
+        f.n = len(packed)
+        f.params = packed
+        f.steps = steps
+        return f
 
     def buffer(self, arr: np.ndarray) -> Any:
         return ffi.from_buffer("double[]", arr)

@@ -65,6 +65,27 @@ class pg_batch:
     impl: _CData
 
 
+class pg_optimizer:
+    """struct pg_optimizer, read through a pointer."""
+
+    kind: int
+    n: int
+    params: _CData
+    lr: float
+    momentum: float
+    beta1: float
+    beta2: float
+    eps: float
+    weight_decay: float
+    bias1: float
+    bias2: float
+    s1: _CData
+    ns1: int
+    s2: _CData
+    ns2: int
+    steps: _CData
+
+
 class _Lib:
     """The functions and constants of the cdef."""
 
@@ -122,6 +143,9 @@ class _Lib:
     PG_F_INT_EXPONENT: int
     PG_F_PY_BACKWARD: int
     PG_F_PY_HELD: int
+    PG_CHUNK_ROWS: int
+    PG_OPT_SGD: int
+    PG_OPT_ADAM: int
 
     def pg_claim_new(self) -> pg_claim: ...
     def pg_claim_drop(self, c: _CData, /) -> None: ...
@@ -191,7 +215,12 @@ class _Lib:
     def pg_batch_compile(
         self, outputs: _CData, nout: int, inputs: _CData, ninputs: int, b: _CData, bad: _CData, /
     ) -> int: ...
-    def pg_batch_run(self, b: _CData, rows: _CData, n: int, out: _CData, w: _CData, /) -> int: ...
+    def pg_batch_run(
+        self, b: _CData, rows: _CData, n: int, out: _CData, w: _CData, threads: int, /
+    ) -> int: ...
+    def pg_batch_step(
+        self, b: _CData, rows: _CData, n: int, out: _CData, w: _CData, threads: int, opt: _CData, /
+    ) -> int: ...
     def pg_batch_slots(self, b: _CData, /) -> int: ...
     def pg_batch_layers(self, b: _CData, /) -> int: ...
     def pg_batch_clear(self, b: _CData, /) -> None: ...
@@ -205,6 +234,8 @@ class _Lib:
     def pg_fail_alloc_pending(self) -> int: ...
     def pg_fail_unmap(self, n: int, /) -> None: ...
     def pg_limit_segments(self, n: int, /) -> None: ...
+    def pg_hold_workers(self, hold: int, /) -> None: ...
+    def pg_held_workers(self) -> int: ...
     def pg_binary_ADD(self, c: _CData, a: int, b: int, /) -> int: ...
     def pg_binary_k_ADD(self, c: _CData, a: int, k: float, /) -> int: ...
     def pg_binary_rk_ADD(self, c: _CData, k: float, a: int, /) -> int: ...

@@ -64,6 +64,21 @@ class Optimizer:
         # call as the update: a Ctrl-C as the step returns can't leave it behind.
         self._steps = np.zeros(1)
         self._steps_view = self._backend.buffer(self._steps)
+        self._fused: Any = None
+
+    def _fused_step(self, kind: str, own_step: Any) -> Any:
+        """The C description of this optimizer's step for
+        ``Program.train_step`` (made once, its lr and state refreshed per
+        step), or a TypeError if this optimizer can't step there."""
+        if type(self)._step is not own_step:
+            raise TypeError(f"train_step runs SGD's and Adam's own steps in C; "
+                            f"{type(self).__name__} overrides _step: call zero_grad(), "
+                            f"map() and step() instead")
+        f = self._fused
+        if f is None:
+            f = self._fused = self._backend.fused_optimizer(kind, self._packed, self._steps_view)
+        f.lr = self.current_lr()
+        return f
 
     @property
     def steps(self) -> int:
@@ -139,7 +154,8 @@ class Optimizer:
     # checked as an assignment is (a pickle can't make C step out of bounds).
     def __getstate__(self) -> Any:
         state = {k: v for k, v in self.__dict__.items()
-                 if k not in ("_packed", "_views", "_backend", "_state", "_steps", "_steps_view")}
+                 if k not in ("_packed", "_views", "_backend", "_state", "_steps", "_steps_view",
+                              "_fused")}
         state["steps"] = self.steps
         state.update(self._state)
         state["_format"] = PICKLE_FORMAT
@@ -217,6 +233,12 @@ class SGD(Optimizer):
     def _settings(self) -> str:
         return f", momentum={self.momentum}, weight_decay={self.weight_decay}"
 
+    def _fill_fused(self) -> Any:
+        f = self._fused_step("sgd", SGD._step)
+        f.momentum, f.weight_decay = self.momentum, self.weight_decay
+        f.s1, f.ns1 = self._views["velocity"], len(self._state["velocity"])
+        return f
+
     def _step(self, lr: float) -> None:
         self._backend.sgd_step(self._packed, lr, self.momentum, self.weight_decay,
                                self._views["velocity"], self._steps_view)
@@ -246,6 +268,15 @@ class Adam(Optimizer):
     def _settings(self) -> str:
         return (f", betas=({self.beta1}, {self.beta2}), eps={self.eps}, "
                 f"weight_decay={self.weight_decay}")
+
+    def _fill_fused(self) -> Any:
+        f = self._fused_step("adam", Adam._step)
+        t = self.steps + 1
+        f.beta1, f.beta2, f.eps, f.weight_decay = self.beta1, self.beta2, self.eps, self.weight_decay
+        f.bias1, f.bias2 = 1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t
+        f.s1, f.ns1 = self._views["m"], len(self._state["m"])
+        f.s2, f.ns2 = self._views["v"], len(self._state["v"])
+        return f
 
     def _step(self, lr: float) -> None:
         t = self.steps + 1

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 else:
     from ._lazy import numpy as np
 
-__all__ = ["compile", "Program", "Inputs"]
+__all__ = ["compile", "Program", "Inputs", "default_threads", "refresh_threads"]
 
 # Every Program, so that a forked child remakes their locks: fork() copies a
 # lock that another thread held (inside map()) as held, and the child's first
@@ -48,7 +48,36 @@ __all__ = ["compile", "Program", "Inputs"]
 _programs: "weakref.WeakSet[Program]" = weakref.WeakSet()
 
 
+def _cpus() -> int:
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, min(64, n))
+
+
+_default_threads = [_cpus()]
+# Work per thread (rows x slots) below which threads=None starts no more.
+_WORK_BITS = 20
+
+
+def default_threads() -> int:
+    """The threads a ``Program`` whose ``threads`` is None runs on: the CPUs
+    this process may run on (``os.sched_getaffinity``, so ``taskset -c 0``
+    gives 1; else ``os.cpu_count()``), at most 64.  Read when pygrad is
+    imported and in a forked child; ``refresh_threads()`` reads it again
+    (after changing the process's affinity)."""
+    return _default_threads[0]
+
+
+def refresh_threads() -> int:
+    """Read the CPUs this process may run on again (see ``default_threads``)."""
+    _default_threads[0] = _cpus()
+    return _default_threads[0]
+
+
 def _remake_locks_in_child() -> None:
+    refresh_threads()
     for program in list(_programs):
         program._lock = threading.Lock()
 
@@ -62,7 +91,7 @@ class Program:
     ``map()`` over rows of inputs (see ``compile``)."""
 
     __slots__ = ("_output", "_outputs", "_inputs", "_program", "_batch", "_lock", "_n",
-                 "__weakref__")
+                 "_threads", "__weakref__")
 
     def __init__(self, output: Union[Scalar, Iterable[Scalar]],
                  inputs: Optional[Union[Scalar, Iterable[Scalar]]] = None) -> None:
@@ -76,6 +105,7 @@ class Program:
         self._batch: Any = None
         self._inputs: Optional[Tuple[Value, ...]] = None
         self._lock = threading.Lock()
+        self._threads: Optional[int] = None
         _programs.add(self)
         if single is not None:
             # Made empty and released in C (ffi.gc) first: nothing is lost
@@ -108,6 +138,8 @@ class Program:
         ins = ffi.new("uint32_t[]", [v._h for v in inputs])
         rc = lib.pg_batch_compile(outs, len(self._outputs), ins, len(inputs), batch, bad)
         _check(rc, bad[0])
+        if _ndarray is None:
+            _numpy_types()
         self._inputs = inputs
         self._batch = batch
 
@@ -138,41 +170,108 @@ class Program:
         output's at 1, leaves accumulate (``+=``)."""
         lib.pg_program_backward(self._single("backward()"))
 
+    @property
+    def threads(self) -> Optional[int]:
+        """How many threads ``map`` and ``train_step`` may split the rows
+        between (chunks of 256 rows; fewer rows, fewer threads); None (the
+        default) means ``pygrad.replay.default_threads()``, but only as
+        many as get about 2**20 slot-rows (rows x ``len(program)``) of
+        work each.  The results are the same bits for any number."""
+        return self._threads
+
+    @threads.setter
+    def threads(self, n: Optional[int]) -> None:
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
+            raise TypeError(f"Program.threads must be an int >= 1 or None, not {type(n).__name__}")
+        if n is not None and not 1 <= n <= 64:
+            raise ValueError(f"Program.threads must be between 1 and 64 (or None), not {n}")
+        self._threads = n
+
+    def _auto_threads(self, n: int) -> int:
+        """threads None: default_threads(), but no more than give each
+        thread about 2**20 slot-rows of work (rows x the program's slots),
+        so that a small step is not slowed by starting a thread."""
+        cpus = _default_threads[0]
+        if cpus == 1:
+            return 1
+        return max(1, min(cpus, (n * self._n) >> _WORK_BITS))
+
+    def _rows(self, rows: Any, grad: Any, what: str) -> Tuple[Any, Any, int]:
+        """rows and grad as contiguous float64 arrays of the right shapes."""
+        if self._batch is None:
+            raise TypeError(f"{what} needs the leaves that vary per row: "
+                            "compile(output, inputs=[x0, x1, ...])")
+        k, ninputs = len(self._outputs), len(self._inputs or ())
+        # The common case first: arrays that are already what C takes.
+        if (type(rows) is _ndarray and rows.dtype is _F64 and rows.ndim == 2
+                and rows.shape[1] == ninputs and rows.flags.c_contiguous):
+            data = rows
+        else:
+            data = real_array(rows, f"{what}'s rows")
+            if data.ndim == 1 and ninputs == 1:
+                data = data.reshape(-1, 1)
+            if data.ndim != 2 or data.shape[1] != ninputs:
+                raise ValueError(f"{what} needs rows of shape (n, {ninputs}) (one column per "
+                                 f"input), got shape {data.shape}")
+        n = data.shape[0]
+        w = None
+        if grad is not None:
+            if type(grad) is _ndarray and grad.dtype is _F64 and grad.flags.c_contiguous:
+                w = grad
+            else:
+                w = real_array(grad, f"{what}'s grad")
+            shape = w.shape
+            if not (shape == (n,) and k == 1 or shape == (n, k)):
+                want = f"({n},)" if k == 1 else f"({n}, {k})"
+                per = "row and output" if k > 1 else "row"
+                raise ValueError(f"{what}'s grad needs shape {want}: one weight per {per}, "
+                                 f"got shape {w.shape}")
+        return data, w, n
+
     def map(self, rows: Any, grad: Any = None) -> np.ndarray:
         """Run the program once per row of ``rows`` (n x len(inputs)), each
         row's numbers going to the ``inputs`` leaves; returns the outputs,
         shape (n,) for one output or (n, k) for k.  With ``grad=w`` (shape
         (n,), or (n, k)), the other leaves' grads also accumulate
-        ``sum_r w[r] * d out_r / d leaf``, summed in row order.  Each row's
-        output equals the eager forward bit for bit; the graph's own nodes
-        and the inputs' grads are not changed."""
-        if self._batch is None:
-            raise TypeError("map() needs the leaves that vary per row: "
-                            "compile(output, inputs=[x0, x1, ...])")
-        k, ninputs = len(self._outputs), len(self._inputs or ())
-        data = real_array(rows, "map's rows")
-        if data.ndim == 1 and ninputs == 1:
-            data = data.reshape(-1, 1)
-        if data.ndim != 2 or data.shape[1] != ninputs:
-            raise ValueError(f"map needs rows of shape (n, {ninputs}) (one column per input), "
-                             f"got shape {data.shape}")
-        n = data.shape[0]
-        w = None
-        if grad is not None:
-            w = real_array(grad, "map's grad")
-            if w.shape not in ((n, k),) + (((n,),) if k == 1 else ()):
-                want = f"({n},)" if k == 1 else f"({n}, {k})"
-                per = "row and output" if k > 1 else "row"
-                raise ValueError(f"map's grad needs shape {want}: one weight per {per}, "
-                                 f"got shape {w.shape}")
-        out = np.empty((n, k), dtype=np.float64)
+        ``sum_r w[r] * d out_r / d leaf``, summed in row order within chunks
+        of 256 rows, then chunk by chunk.  Each row's output equals the
+        eager forward bit for bit; the graph's own nodes and the inputs'
+        grads are not changed.  The rows are split between up to
+        ``threads`` threads, with the same bits for any number."""
+        data, w, n = self._rows(rows, grad, "map")
+        out = np.empty((n, len(self._outputs)), dtype=np.float64)
+        threads = self._threads or self._auto_threads(n)
         with self._lock:
             rc = lib.pg_batch_run(self._batch, ffi.from_buffer("double[]", data), n,
                                   ffi.from_buffer("double[]", out),
-                                  ffi.NULL if w is None else ffi.from_buffer("double[]", w))
-        if rc < 0:
-            raise ValueError("pygrad: map() on a program that was not compiled")
+                                  ffi.NULL if w is None else ffi.from_buffer("double[]", w),
+                                  threads)
+        _run_failed(rc, "map()")
         return out.reshape(n) if self._output is not None else out
+
+    def train_step(self, rows: Any, grad: Any, optimizer: Any) -> np.ndarray:
+        """One training step in one C call: ``optimizer.zero_grad()``,
+        ``map(rows, grad)``, ``optimizer.step()``, with the same bits as
+        those three calls.  ``optimizer`` is a ``pygrad.optim.SGD`` or
+        ``Adam`` over C Values; returns what ``map`` returns (each row's
+        outputs, e.g. its loss)."""
+        fill = getattr(optimizer, "_fill_fused", None)
+        if fill is None:
+            raise TypeError(f"train_step's optimizer must be a pygrad.optim.SGD or Adam, "
+                            f"not {type(optimizer).__name__}")
+        if grad is None:
+            raise TypeError("train_step needs grad: the loss weight of each row (e.g. 1/n each)")
+        data, w, n = self._rows(rows, grad, "train_step")
+        fused = fill()
+        out = np.empty(n if self._output is not None else (n, len(self._outputs)))
+        threads = self._threads or self._auto_threads(n)
+        with self._lock:
+            rc = lib.pg_batch_step(self._batch, ffi.from_buffer("double[]", data), n,
+                                   ffi.from_buffer("double[]", out), ffi.from_buffer("double[]", w),
+                                   threads, fused)
+        if rc < 0:
+            _run_failed(rc, "train_step()")
+        return out
 
     def __len__(self) -> int:
         return self._n
@@ -188,6 +287,15 @@ class Program:
         return f"Program({self._n} nodes, output={shown})"
 
 
+_ndarray: Any = None
+_F64: Any = None
+
+
+def _numpy_types() -> None:
+    global _ndarray, _F64
+    _ndarray, _F64 = np.ndarray, np.dtype(np.float64)
+
+
 def _values(values: Any, what: str) -> Tuple[Value, ...]:
     """A tuple of pygrad Values, or a TypeError saying what was given."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
@@ -199,6 +307,14 @@ def _values(values: Any, what: str) -> Tuple[Value, ...]:
             raise not_a_number(v, f"{what} must be pygrad.Values (C engine), not "
                                   f"{type(v).__name__}")
     return out
+
+
+def _run_failed(rc: int, what: str) -> None:
+    if rc == lib.PG_E_NOMEM:
+        raise MemoryError(f"pygrad: out of memory in {what}")
+    if rc < 0:
+        raise ValueError(f"pygrad: {what} on a program that was not compiled, or with an "
+                         f"optimizer whose state does not fit its parameters")
 
 
 def _check(rc: int, bad: int) -> None:

@@ -34,9 +34,12 @@ from helpers import python_blocks, run_blocks
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 GUIDES = ["api.md", "coming-from-micrograd.md", "coming-from-pytorch.md", "scaling-out.md"]
-MAINTAINERS = ["internals.md", "lifetime.md", "performance.md", "development.md"]
+MAINTAINERS = ["internals.md", "lifetime.md", "performance.md", "development.md",
+               "batched-tier.md"]
 PAGES = GUIDES + MAINTAINERS
-API = (DOCS / "api.md").read_text(encoding="utf-8")
+# The API reference: api.md, and the batched tier's page (its newer members).
+API = "\n".join((DOCS / page).read_text(encoding="utf-8")
+                 for page in ("api.md", "batched-tier.md"))
 
 # Dunders that are bookkeeping, not API.
 _NOT_API = {"__module__", "__doc__", "__dict__", "__weakref__", "__slots__", "__qualname__",

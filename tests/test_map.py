@@ -14,6 +14,8 @@ from pygrad import Value, _ops, nn
 from pygrad._core import lib
 from pygrad.reference import Value as RefValue
 
+CHUNK = lib.PG_CHUNK_ROWS
+
 
 def bits(a):
     return np.asarray(a, dtype=np.float64).view(np.int64)
@@ -36,14 +38,31 @@ def eager_rows(build, rows, n_inputs):
     return np.array(out)
 
 
+def eager_backward_in_map_order(build, rows, params):
+    """Each row's backward() on its own graph, onto the params' grads as
+    they are, summed in map's documented order: row after row within each
+    chunk of PG_CHUNK_ROWS rows (chunk 0 from the grads as they were, every
+    other chunk from -0.0), then the chunks' sums in chunk order."""
+    total = None
+    for c0 in range(0, len(rows), CHUNK):
+        if c0:
+            for p in params:
+                p.grad = -0.0
+        for row in rows[c0:c0 + CHUNK]:
+            build([Value(float(x)) for x in row]).backward()
+        part = [p.grad for p in params]
+        total = part if total is None else [a + b for a, b in zip(total, part)]
+    for p, g in zip(params, total or []):
+        p.grad = g
+
+
 def eager_grads(build, rows, params, w=None):
     """sum_r w[r] * d out_r / d p, each row's backward() on its own graph
-    (w None: backward() row after row without zeroing, as map's order)."""
+    (w None: backward() row after row without zeroing, in map's order)."""
     for p in params:
         p.grad = 0.0
     if w is None:
-        for row in rows:
-            build([Value(float(x)) for x in row]).backward()
+        eager_backward_in_map_order(build, rows, params)
         return np.array([p.grad for p in params])
     acc = np.zeros(len(params))
     for row, wr in zip(rows, w):
@@ -115,8 +134,7 @@ def test_grads_accumulate_onto_existing_grads_and_inputs_are_untouched():
     twice = np.array([p.grad for p in model.parameters()])
     model.zero_grad()
     for _ in range(2):
-        for row in XY:
-            build([Value(float(x)) for x in row]).backward()
+        eager_backward_in_map_order(build, XY, model.parameters())
     assert_bitwise(twice, [p.grad for p in model.parameters()])
     assert not np.array_equal(twice, once)
     assert [v.grad for v in leaves] == [0.0, 0.0, 0.0]

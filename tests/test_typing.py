@@ -269,7 +269,8 @@ def test_core_stub_names_what_the_compiled_core_has():
     names = {n.name if isinstance(n, ast.FunctionDef) else n.target.id
              for n in lib_class.body if isinstance(n, (ast.FunctionDef, ast.AnnAssign))}
     hooks = set(_build_script().test_hook_names())
-    assert hooks == {"pg_fail_alloc", "pg_fail_alloc_pending", "pg_fail_unmap", "pg_limit_segments"}
+    assert hooks == {"pg_fail_alloc", "pg_fail_alloc_pending", "pg_fail_unmap", "pg_limit_segments",
+                     "pg_hold_workers", "pg_held_workers"}
     assert names == set(dir(lib)) | hooks
     assert hooks <= set(dir(lib)) or not hooks & set(dir(lib))
 
