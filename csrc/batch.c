@@ -27,10 +27,13 @@
  *  - then leaf.grad = ((chunk 0) + chunk 1) + chunk 2 ..., in chunk order.
  * With up to 256 rows this is backward() row after row.  The chunks are
  * the same whatever the number of threads, which only decides who computes
- * which chunks (contiguous runs of them), so every thread count gives the
- * same bits.  Inputs' grads and the graph's own nodes are not touched.
+ * which chunk, so every thread count gives the same bits.  The chunks run
+ * in rounds of up to PG_ROUND_CHUNKS, each round's sums added into the
+ * grads (in chunk order) before the next starts: the other chunks' sums
+ * take room for one round, not for every row.  Inputs' grads and the
+ * graph's own nodes are not touched.
  *
- * Threads: a run with threads > 1 and more than one chunk starts up to
+ * Threads: a round with threads > 1 and more than one chunk starts up to
  * threads - 1 POSIX threads for it (detached) and returns once every chunk
  * is done: there is no pool, so fork() finds none to repair, and a thread
  * that starts late finds no work and ends at once.  The threads, the
@@ -71,6 +74,9 @@
 #define SUM_LANES 8u
 #define NO_SLOT UINT32_MAX
 #define MAX_WORKERS 64u
+/* Chunks per round: a round's sums take PG_ROUND_CHUNKS x (shared leaves)
+ * doubles, however many rows a run has. */
+#define PG_ROUND_CHUNKS 64u
 
 /* What one thread works in: every array a run writes, and the pointers
  * into them. */
@@ -106,8 +112,7 @@ typedef struct batch {
                                * program's Values keep them alive) */
     double *shared_data;      /* per shared leaf: its data, read at each run */
     double *base;             /* per shared leaf: its grad at the start, then chunk 0's sum */
-    double *partial;          /* (chunks - 1) x nshared: the other chunks' sums */
-    size_t npartial;          /* chunks the partial sums have room for */
+    double *partial;          /* PG_ROUND_CHUNKS x nshared: a round's other chunks' sums */
     uint32_t nlayers;
     uint32_t *layer_at;       /* per slot: 1 + the layer that starts or ends there, else 0 */
     uint32_t *run, nrun;      /* what a sweep runs, in order: each op's slot, or a
@@ -616,7 +621,8 @@ struct job {
     const double *rows;
     double *out;
     const double *w;
-    size_t n, chunks;
+    size_t n;
+    size_t first, end;        /* the round's chunks: first .. end - 1 */
 #if PG_THREADS
     atomic_size_t next;       /* the next chunk to take */
     atomic_size_t done;       /* chunks finished */
@@ -635,12 +641,18 @@ static size_t next_chunk(job *j) {
 #endif
 }
 
+/* Where chunk c (not 0, whose sum is the grads' base) keeps its sum in its
+ * round: round 0 holds chunks 1 .. PG_ROUND_CHUNKS - 1. */
+static size_t partial_slot(const job *jb, size_t c) {
+    return c - (jb->first > 0 ? jb->first : 1);
+}
+
 /* Only the job until a chunk is taken: a thread that comes late finds
  * none, and by then the batch may be gone. */
 static void run_chunks(const task *t) {
     job *jb = t->j;
     int first = 1;
-    for (size_t c = next_chunk(jb); c < jb->chunks; c = next_chunk(jb)) {
+    for (size_t c = next_chunk(jb); c < jb->end; c = next_chunk(jb)) {
         batch *b = jb->b;
         worker *wk = t->wk;
         const size_t nin = b->ninputs, nout = b->nout;
@@ -661,7 +673,7 @@ static void run_chunks(const task *t) {
         }
         if (jb->w != NULL) {
             layers_scatter_grads(b, wk);
-            double *into = c == 0 ? b->base : b->partial + (c - 1) * b->nshared;
+            double *into = c == 0 ? b->base : b->partial + partial_slot(jb, c) * b->nshared;
             memcpy(into, wk->shared_grad, b->nshared * sizeof(double));
         }
 #if PG_THREADS
@@ -686,35 +698,20 @@ static void *thread_main(void *arg) {
 }
 #endif
 
-int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, const double *w,
-                     uint32_t threads) {
-    batch *b = p->impl;
-    if (b == NULL) return PG_E_ARG;
-    if (threads == 0) return PG_E_ARG;
-    const size_t chunks = (n + PG_CHUNK_ROWS - 1) / PG_CHUNK_ROWS;
-    if (w != NULL && chunks > 1 && b->npartial < chunks - 1) {
-        double *more = pg_calloc((chunks - 1) * (b->nshared ? b->nshared : 1), sizeof(double));
-        if (more == NULL) return PG_E_NOMEM;
-        free(b->partial);
-        b->partial = more;
-        b->npartial = chunks - 1;
-    }
-    size_t t = threads < chunks ? threads : chunks;
-    if (t > MAX_WORKERS) t = MAX_WORKERS;
-    if (t < 1 || !PG_THREADS) t = 1;              /* no rows: one empty run */
-    while (b->nwork < t && make_worker(b, b->nwork) == 0) b->nwork++;
-    if (t > b->nwork) t = b->nwork;              /* out of memory: fewer threads, same bits */
+/* The room a run's sums need, had before anything changes: a step that
+ * can't have it fails with every grad as it was. */
+static int32_t batch_prepare(batch *b, size_t n, const double *w) {
+    if (w == NULL || n <= PG_CHUNK_ROWS || b->partial != NULL) return 0;
+    b->partial = pg_calloc((size_t)PG_ROUND_CHUNKS * (b->nshared ? b->nshared : 1), sizeof(double));
+    return b->partial == NULL ? PG_E_NOMEM : 0;
+}
 
-    for (uint32_t j = 0; j < b->nshared; j++) {
-        const pg_node *node = b->shared_node[j];
-        b->shared_data[j] = node->data;
-        b->base[j] = node->grad;
-    }
-    layers_gather_data(b);
-
-    /* One thread: the job on the stack.  More: on the heap, since a thread
-     * may still hold it after this call returns (made once per run; if it
-     * can't be had, one thread). */
+/* One round: chunks first .. end - 1 on up to t threads, back when every
+ * one is done.  One thread: the job on the stack.  More: on the heap, since
+ * a thread may still hold it after this returns (made once per round; if it
+ * can't be had, one thread). */
+static void run_round(batch *b, const double *rows, size_t n, double *out, const double *w,
+                      size_t first, size_t end, size_t t) {
     job one, *jb = t > 1 ? pg_calloc(1, sizeof *jb) : NULL;
     if (jb == NULL) {
         memset(&one, 0, sizeof one);
@@ -726,15 +723,16 @@ int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, con
     jb->out = out;
     jb->w = w;
     jb->n = n;
-    jb->chunks = chunks;
+    jb->first = first;
+    jb->end = end;
     for (size_t k = 0; k < t; k++) jb->tasks[k] = (task){jb, &b->work[k], k > 0};
 #if PG_THREADS
-    atomic_init(&jb->next, 0);
+    atomic_init(&jb->next, first);
     atomic_init(&jb->done, 0);
     atomic_init(&jb->refs, 1);
     if (jb == &one) {
         run_chunks(&jb->tasks[0]);
-        goto sum;
+        return;
     }
     /* A thread that can't be started leaves its chunks to the others. */
     uint32_t started = 0;
@@ -750,18 +748,48 @@ int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, con
     }
     pg_test_caller_waits(started);              /* test builds: until they are held */
     run_chunks(&jb->tasks[0]);
-    while (atomic_load_explicit(&jb->done, memory_order_acquire) < chunks) sched_yield();
+    while (atomic_load_explicit(&jb->done, memory_order_acquire) < end - first) sched_yield();
     release_job(jb);
-sum:
 #else
+    jb->next = first;
     run_chunks(&jb->tasks[0]);
 #endif
-    if (w == NULL) return 0;
-    /* Chunk order: leaf.grad = ((chunk 0) + chunk 1) + ... */
-    for (size_t c = 1; c < chunks; c++) {
-        const double *part = b->partial + (c - 1) * b->nshared;
-        for (uint32_t j = 0; j < b->nshared; j++) b->base[j] = b->base[j] + part[j];
+}
+
+int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, const double *w,
+                     uint32_t threads) {
+    batch *b = p->impl;
+    if (b == NULL) return PG_E_ARG;
+    if (threads == 0) return PG_E_ARG;
+    if (batch_prepare(b, n, w) < 0) return PG_E_NOMEM;
+    const size_t chunks = (n + PG_CHUNK_ROWS - 1) / PG_CHUNK_ROWS;
+    size_t t = threads < chunks ? threads : chunks;
+    if (t > MAX_WORKERS) t = MAX_WORKERS;
+    if (t < 1 || !PG_THREADS) t = 1;              /* no rows: one empty run */
+    while (b->nwork < t && make_worker(b, b->nwork) == 0) b->nwork++;
+    if (t > b->nwork) t = b->nwork;              /* out of memory: fewer threads, same bits */
+
+    for (uint32_t j = 0; j < b->nshared; j++) {
+        const pg_node *node = b->shared_node[j];
+        b->shared_data[j] = node->data;
+        b->base[j] = node->grad;
     }
+    layers_gather_data(b);
+
+    size_t first = 0;
+    do {
+        size_t end = chunks - first > PG_ROUND_CHUNKS ? first + PG_ROUND_CHUNKS : chunks;
+        run_round(b, rows, n, out, w, first, end, t < end - first ? t : end - first);
+        if (w != NULL) {
+            /* Chunk order: leaf.grad = ((chunk 0) + chunk 1) + ... */
+            for (size_t c = first > 0 ? first : 1; c < end; c++) {
+                const double *part = b->partial + (c - (first > 0 ? first : 1)) * b->nshared;
+                for (uint32_t j = 0; j < b->nshared; j++) b->base[j] = b->base[j] + part[j];
+            }
+        }
+        first = end;
+    } while (first < chunks);
+    if (w == NULL) return 0;
     for (uint32_t j = 0; j < b->nshared; j++) b->shared_node[j]->grad = b->base[j];
     return 0;
 }
@@ -787,7 +815,9 @@ int32_t pg_batch_step(pg_batch *p, const double *rows, size_t n, double *out, co
     } else {
         return PG_E_ARG;
     }
-    /* What zero_grad(), map() and step() do, one after the other. */
+    /* What zero_grad(), map() and step() do, one after the other; the
+     * room for the sums first, so that a step without it changes nothing. */
+    if (batch_prepare(p->impl, n, w) < 0) return PG_E_NOMEM;
     for (uint32_t i = 0; i < opt->n; i++) pg_N(opt->params[i])->grad = 0.0;
     int32_t rc = pg_batch_run(p, rows, n, out, w, threads);
     if (rc < 0) return rc;

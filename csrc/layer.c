@@ -20,6 +20,7 @@
  * Vectors are GCC/clang vector extensions; other compilers get no layers
  * (PG_LAYERS 0) and run the per-neuron rules.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "activation.h"
@@ -140,12 +141,16 @@ INLINE512 v8 splat8(double a) { return (v8)_mm512_set1_pd(a); }
  * four-wide kernels instead: for the tests, which compare the two, and for
  * measuring. */
 static int have_avx512(void) {
-    static int known = -1;
-    if (known < 0) {
+    /* Atomic: the first threaded run's threads may all ask at once (each
+     * then works out the same answer). */
+    static atomic_int known = -1;
+    int k = atomic_load_explicit(&known, memory_order_relaxed);
+    if (k < 0) {
         __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx512f") && getenv("PYGRAD_NO_AVX512") == NULL ? 1 : 0;
+        k = __builtin_cpu_supports("avx512f") && getenv("PYGRAD_NO_AVX512") == NULL ? 1 : 0;
+        atomic_store_explicit(&known, k, memory_order_relaxed);
     }
-    return known;
+    return k;
 }
 #else
 static int have_avx512(void) { return 0; }

@@ -112,7 +112,10 @@ def real_array(x: Any, what: str) -> Any:
     if kind not in "biuf":
         raise TypeError(f"{what} must hold real numbers (bool, int or float), not "
                         f"{arr.dtype} ({_KIND_NAMES.get(kind, 'other')})")
-    return np.ascontiguousarray(arr, dtype=np.float64)
+    out = np.ascontiguousarray(arr, dtype=np.float64)
+    # C reads doubles: a view at an odd address (a slice of a byte buffer)
+    # is copied to one that is aligned.
+    return out if out.flags.aligned else out.copy()
 
 
 def _no_values(v: Any, what: str) -> float:

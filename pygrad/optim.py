@@ -70,10 +70,13 @@ class Optimizer:
         """The C description of this optimizer's step for
         ``Program.train_step`` (made once, its lr and state refreshed per
         step), or a TypeError if this optimizer can't step there."""
-        if type(self)._step is not own_step:
-            raise TypeError(f"train_step runs SGD's and Adam's own steps in C; "
-                            f"{type(self).__name__} overrides _step: call zero_grad(), "
-                            f"map() and step() instead")
+        cls = type(self)
+        for name, own in (("_step", own_step), ("step", Optimizer.step),
+                          ("zero_grad", Optimizer.zero_grad)):
+            if getattr(cls, name) is not own:
+                raise TypeError(f"train_step runs SGD's and Adam's own zero_grad and step in "
+                                f"C; {cls.__name__} overrides {name}: call zero_grad(), "
+                                f"map() and step() instead")
         f = self._fused
         if f is None:
             f = self._fused = self._backend.fused_optimizer(kind, self._packed, self._steps_view)

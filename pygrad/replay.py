@@ -23,6 +23,7 @@ closure, or a ``pygrad.Function``, whose partials were captured once) make
 """
 from __future__ import annotations
 
+import operator
 import os
 import threading
 import weakref
@@ -181,8 +182,14 @@ class Program:
 
     @threads.setter
     def threads(self, n: Optional[int]) -> None:
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
-            raise TypeError(f"Program.threads must be an int >= 1 or None, not {type(n).__name__}")
+        if n is not None:
+            if isinstance(n, bool):
+                raise TypeError("Program.threads must be an int >= 1 or None, not bool")
+            try:
+                n = operator.index(n)          # numpy ints too
+            except TypeError:
+                raise TypeError(f"Program.threads must be an int >= 1 or None, "
+                                f"not {type(n).__name__}") from None
         if n is not None and not 1 <= n <= 64:
             raise ValueError(f"Program.threads must be between 1 and 64 (or None), not {n}")
         self._threads = n
@@ -204,7 +211,7 @@ class Program:
         k, ninputs = len(self._outputs), len(self._inputs or ())
         # The common case first: arrays that are already what C takes.
         if (type(rows) is _ndarray and rows.dtype is _F64 and rows.ndim == 2
-                and rows.shape[1] == ninputs and rows.flags.c_contiguous):
+                and rows.shape[1] == ninputs and rows.flags.c_contiguous and rows.flags.aligned):
             data = rows
         else:
             data = real_array(rows, f"{what}'s rows")
@@ -216,7 +223,8 @@ class Program:
         n = data.shape[0]
         w = None
         if grad is not None:
-            if type(grad) is _ndarray and grad.dtype is _F64 and grad.flags.c_contiguous:
+            if (type(grad) is _ndarray and grad.dtype is _F64 and grad.flags.c_contiguous
+                    and grad.flags.aligned):
                 w = grad
             else:
                 w = real_array(grad, f"{what}'s grad")
@@ -262,10 +270,12 @@ class Program:
         if grad is None:
             raise TypeError("train_step needs grad: the loss weight of each row (e.g. 1/n each)")
         data, w, n = self._rows(rows, grad, "train_step")
-        fused = fill()
         out = np.empty(n if self._output is not None else (n, len(self._outputs)))
         threads = self._threads or self._auto_threads(n)
         with self._lock:
+            # Inside the lock: two threads stepping one optimizer on this
+            # program each read the lr and state the other left.
+            fused = fill()
             rc = lib.pg_batch_step(self._batch, ffi.from_buffer("double[]", data), n,
                                    ffi.from_buffer("double[]", out), ffi.from_buffer("double[]", w),
                                    threads, fused)

@@ -12,17 +12,11 @@ import pytest
 import pygrad
 from pygrad import Value, nn, optim
 from pygrad._core import lib
+
+from batched import bits, same_bits, step_both_ways
 from pygrad.reference import Value as RefValue
 
 CHUNK = lib.PG_CHUNK_ROWS
-
-
-def bits(a):
-    return np.asarray(a, dtype=np.float64).view(np.int64)
-
-
-def same_bits(a, b):
-    return np.array_equal(bits(a), bits(b))
 
 
 def moons_program(H=16, n=700, seed=0, outputs=1):
@@ -55,13 +49,7 @@ def test_train_step_is_the_three_calls_bit_for_bit(kind):
     opt_a, opt_b = make_opt(kind, model_a.parameters()), make_opt(kind, model_b.parameters())
     w = np.full(len(rows), 1.0 / len(rows))
     for _ in range(4):
-        opt_a.zero_grad()
-        la = prog_a.map(rows, grad=w)
-        opt_a.step()
-        lb = prog_b.train_step(rows, w, opt_b)
-        assert same_bits(la, lb)
-        assert same_bits(model_a.get_data(), model_b.get_data())
-        assert same_bits(model_a.get_grad(), model_b.get_grad())
+        step_both_ways(prog_a, opt_a, model_a, prog_b, opt_b, model_b, rows, w)
     assert opt_b.steps == opt_a.steps == 4
     for name in opt_a._STATE:
         assert same_bits(getattr(opt_a, name), getattr(opt_b, name))
@@ -244,28 +232,3 @@ def test_out_of_memory_in_a_threaded_run():
             lib.pg_fail_alloc(0)
         # Fewer workers than asked (or none failed): the same bits.
         assert same_bits(out, want[0]) and same_bits(model.get_grad(), want[1])
-
-
-def test_four_and_eight_wide_layer_kernels_give_the_same_bits():
-    """PYGRAD_NO_AVX512 makes the core pick the four-wide layer kernels even
-    on an AVX-512 CPU: a child Python computes the same map both ways."""
-    import subprocess
-    import sys
-    code = (
-        "import random, numpy as np, pygrad\n"
-        "from pygrad import Value, nn\n"
-        "random.seed(11); model = nn.MLP(3, [13, 24, 2])\n"
-        "x = [Value(0.0) for _ in range(3)]\n"
-        "out = model(x); prog = pygrad.compile([out[0] * out[1], out[1].tanh()], inputs=x)\n"
-        "rows = np.random.default_rng(3).normal(size=(301, 3))\n"
-        "o = prog.map(rows, grad=np.ones((301, 2)))\n"
-        "print(o.tobytes().hex(), np.array(model.get_grad()).tobytes().hex())\n")
-    outs = set()
-    for flag in (None, "1"):
-        env = dict(os.environ)
-        env.pop("PYGRAD_NO_AVX512", None)
-        if flag:
-            env["PYGRAD_NO_AVX512"] = flag
-        outs.add(subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                                capture_output=True, text=True).stdout)
-    assert len(outs) == 1
