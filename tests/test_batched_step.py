@@ -13,7 +13,7 @@ import pygrad
 from pygrad import Value, nn, optim
 from pygrad._core import lib
 
-from batched import bits, same_bits, step_both_ways
+from batched import same_bits, step_both_ways
 from pygrad.reference import Value as RefValue
 
 CHUNK = lib.PG_CHUNK_ROWS
