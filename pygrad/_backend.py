@@ -205,7 +205,7 @@ class _CBackend(Backend):
         return ffi.new("uint32_t[]", [v._h for v in values])
 
     def fused_optimizer(self, kind: str, packed: Any, steps: Any) -> Any:
-        f = ffi.new("pg_optimizer *")
+        f: Any = ffi.new("pg_optimizer *")   # Any: the stub's cdata has no fields
         f.kind = lib.PG_OPT_SGD if kind == "sgd" else lib.PG_OPT_ADAM
         f.n = len(packed)
         f.params = packed
