@@ -18,24 +18,24 @@ static pg_mutex hook_lock = PG_MUTEX_INIT;
 static uint32_t alloc_countdown;          /* 0: disarmed */
 static uint32_t unmap_countdown;
 
-void pg_fail_alloc(uint32_t n) {
+/* The hooks' settings, each read and written under hook_lock (the tests
+ * set them from Python while the core's threads read them). */
+static void set_locked(uint32_t *setting, uint32_t value) {
     pg_mutex_lock(&hook_lock);
-    alloc_countdown = n;
+    *setting = value;
     pg_mutex_unlock(&hook_lock);
 }
 
-uint32_t pg_fail_alloc_pending(void) {
+static uint32_t get_locked(const uint32_t *setting) {
     pg_mutex_lock(&hook_lock);
-    uint32_t n = alloc_countdown;
+    uint32_t value = *setting;
     pg_mutex_unlock(&hook_lock);
-    return n;
+    return value;
 }
 
-void pg_fail_unmap(uint32_t n) {
-    pg_mutex_lock(&hook_lock);
-    unmap_countdown = n;
-    pg_mutex_unlock(&hook_lock);
-}
+void pg_fail_alloc(uint32_t n) { set_locked(&alloc_countdown, n); }
+uint32_t pg_fail_alloc_pending(void) { return get_locked(&alloc_countdown); }
+void pg_fail_unmap(uint32_t n) { set_locked(&unmap_countdown, n); }
 
 static int counted_down(uint32_t *countdown) {
     pg_mutex_lock(&hook_lock);
@@ -47,21 +47,11 @@ static int counted_down(uint32_t *countdown) {
 int pg_alloc_fails(void) { return counted_down(&alloc_countdown); }
 int pg_unmap_fails(void) { return counted_down(&unmap_countdown); }
 
-static int hold_workers;
+static uint32_t hold_workers;
 static uint32_t held_workers;
 
-void pg_hold_workers(int hold) {
-    pg_mutex_lock(&hook_lock);
-    hold_workers = hold;
-    pg_mutex_unlock(&hook_lock);
-}
-
-uint32_t pg_held_workers(void) {
-    pg_mutex_lock(&hook_lock);
-    uint32_t n = held_workers;
-    pg_mutex_unlock(&hook_lock);
-    return n;
-}
+void pg_hold_workers(int hold) { set_locked(&hold_workers, hold != 0); }
+uint32_t pg_held_workers(void) { return get_locked(&held_workers); }
 
 /* A batched run's thread: wait (polling, never holding the lock while
  * asleep) while the tests hold the workers. */
@@ -69,7 +59,7 @@ void pg_test_worker_started(void) {
     int counted = 0;
     for (;;) {
         pg_mutex_lock(&hook_lock);
-        int hold = hold_workers;
+        int hold = hold_workers != 0;
         if (hold && !counted) held_workers++;
         if (!hold && counted) held_workers--;
         pg_mutex_unlock(&hook_lock);
