@@ -158,8 +158,8 @@ void pg_batch_clear(pg_batch *p) {
 
 /* The back end: each slot's rows and each edge's strides, from L, into
  * b and its worker 0. */
-static int32_t lay_out(batch *b, const pg_layout *L, const uint32_t *inputs,
-                       const uint32_t *outputs, uint32_t *bad) {
+static int32_t lay_out(batch *b, const pg_layout *L, pg_node *const *inputs,
+                       pg_node *const *outputs, pg_node **bad) {
     const size_t n = L->n, edges = L->nedges;
     worker *w0 = &b->work[0];
     int32_t *col = NULL;      /* per slot: its input column, or -1 */
@@ -172,7 +172,7 @@ static int32_t lay_out(batch *b, const pg_layout *L, const uint32_t *inputs,
         uint32_t s = pg_layout_slot(L, inputs[c]);
         b->input_slot[c] = s;
         if (s == NO_SLOT) continue;                 /* an input the outputs don't use */
-        if (pg_N(inputs[c])->op != PG_OP_LEAF || col[s] >= 0) {
+        if (inputs[c]->op != PG_OP_LEAF || col[s] >= 0) {
             *bad = inputs[c];
             rc = PG_E_ARG;
         } else {
@@ -216,7 +216,7 @@ static int32_t lay_out(batch *b, const pg_layout *L, const uint32_t *inputs,
     }
 
     for (size_t s = 0; rc == 0 && s < n; s++) {
-        const pg_node *node = pg_N(L->handle[s]);
+        const pg_node *node = L->node[s];
         int shared = L->leaf[s] && col[s] < 0;
         b->op[s] = L->leaf[s] ? PG_OP_LEAF : node->op;
         b->variant[s] = node->variant;
@@ -225,7 +225,7 @@ static int32_t lay_out(batch *b, const pg_layout *L, const uint32_t *inputs,
         b->first_edge[s] = (uint32_t)L->first_edge[s];
         if (!(shared && uses[s] == 1)) b->zero_slot[b->nzero++] = (uint32_t)s;
         if (shared) {
-            b->shared_node[shared_of[s]] = pg_N(L->handle[s]);
+            b->shared_node[shared_of[s]] = L->node[s];
             if (uses[s] != 1) {
                 w0->summed_into[b->nsummed] = &w0->shared_grad[shared_of[s]];
                 b->summed[b->nsummed++] = (uint32_t)s;
@@ -449,10 +449,10 @@ static int32_t list_runs(batch *b) {
     return 0;
 }
 
-int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t *inputs,
-                         uint32_t ninputs, pg_batch *p, uint32_t *bad) {
+int32_t pg_batch_compile(pg_node *const *outputs, uint32_t nout, pg_node *const *inputs,
+                         uint32_t ninputs, pg_batch *p, pg_node **bad) {
     pg_batch_clear(p);
-    *bad = 0;
+    *bad = NULL;
     if (nout == 0) return PG_E_ARG;
     pg_layout L;
     int32_t rc = pg_lay_out(outputs, nout, &L, bad);
@@ -468,13 +468,8 @@ int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t 
     b->ninputs = ninputs;
     b->nout = nout;
     b->nwork = 1;
-    pg_lock();        /* inputs may name dead nodes: check them with the nodes still there */
     for (uint32_t c = 0; c < ninputs && rc == 0; c++)
-        if (!pg_handle_valid(inputs[c])) {
-            *bad = inputs[c];
-            rc = PG_E_ARG;
-        }
-    pg_unlock();
+        if (inputs[c] == NULL) rc = PG_E_ARG;
     if (rc == 0) rc = lay_out(b, &L, inputs, outputs, bad);
     if (rc == 0) rc = find_layers(b);
     if (rc == 0) rc = list_runs(b);
@@ -818,7 +813,7 @@ int32_t pg_batch_step(pg_batch *p, const double *rows, size_t n, double *out, co
     /* What zero_grad(), map() and step() do, one after the other; the
      * room for the sums first, so that a step without it changes nothing. */
     if (batch_prepare(p->impl, n, w) < 0) return PG_E_NOMEM;
-    for (uint32_t i = 0; i < opt->n; i++) pg_N(opt->params[i])->grad = 0.0;
+    for (uint32_t i = 0; i < opt->n; i++) opt->params[i]->grad = 0.0;
     int32_t rc = pg_batch_run(p, rows, n, out, w, threads);
     if (rc < 0) return rc;
     if (opt->kind == PG_OPT_SGD)

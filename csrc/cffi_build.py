@@ -50,13 +50,13 @@ def entry_points() -> "list[str]":
     lines = []
     for code, _, arity in op_codes():
         if arity == 2:
-            lines += [f"int32_t pg_binary_{code}(pg_claim *c, uint32_t a, uint32_t b);",
-                      f"int32_t pg_binary_k_{code}(pg_claim *c, uint32_t a, double k);",
-                      f"int32_t pg_binary_rk_{code}(pg_claim *c, double k, uint32_t a);"]
+            lines += [f"int32_t pg_binary_{code}(pg_node *out, pg_node *a, pg_node *b);",
+                      f"int32_t pg_binary_k_{code}(pg_node *out, pg_node *a, double k);",
+                      f"int32_t pg_binary_rk_{code}(pg_node *out, double k, pg_node *a);"]
         elif arity == 1 and code != "POWK":
-            lines.append(f"int32_t pg_unary_{code}(pg_claim *c, uint32_t a);")
-    lines += ["int32_t pg_powk_float(pg_claim *c, uint32_t a, double k);",
-              "int32_t pg_powk_int(pg_claim *c, uint32_t a, double k);",
+            lines.append(f"int32_t pg_unary_{code}(pg_node *out, pg_node *a);")
+    lines += ["int32_t pg_powk_float(pg_node *out, pg_node *a, double k);",
+              "int32_t pg_powk_int(pg_node *out, pg_node *a, double k);",
               "const char *pg_build_stamp(void);"]
     return lines
 
@@ -85,7 +85,9 @@ def cdef_source(test_hooks: bool = TEST_HOOKS) -> str:
     defines = [f"#define PG_OP_{code} {i}" for i, (code, _, _) in enumerate(ops)]
     defines.append(f"#define PG_OP_COUNT {len(ops)}")
     hooks = _cdef_part("test_hooks.h") if test_hooks else ""
-    return ("\n".join(defines) + "\n" + _cdef_part("pygrad.h") + hooks
+    # The node's size and its two number fields (the rest is C's: "...").
+    node = "typedef struct pg_node { double data; double grad; ...; } pg_node;\n"
+    return ("\n".join(defines) + "\n" + node + _cdef_part("pygrad.h") + hooks
             + "\n".join(entry_points()) + "\n")
 
 
@@ -99,7 +101,7 @@ def compile_args() -> "list[str]":
         return ["/O2", "/fp:precise", "/std:c11"] + [h.replace("-", "/", 1) for h in hooks]
     # No fused multiply-add and no fast-math: every double must round as
     # Python's float arithmetic does, so C and the reference engine agree.
-    args = ["-std=c11", "-O3", "-fno-fast-math", "-ffp-contract=off"] + hooks + WARNINGS
+    args = ["-std=c11", "-O2", "-fno-fast-math", "-ffp-contract=off"] + hooks + WARNINGS
     if sys.platform.startswith("linux"):
         args += ["-include", "glibc_versions.h"]   # the manylinux_2_17 tag: see that header
     if os.environ.get("PYGRAD_SANITIZE") == "1":
@@ -119,12 +121,10 @@ def link_args() -> "list[str]":
 # without Python's GIL, so that other threads go on meanwhile.  Every other
 # call does a small, fixed amount of work, less than it takes to let the GIL
 # go and take it back, so it keeps the GIL (and cffi's errno bookkeeping,
-# which ffi.errno alone reads, is skipped).  Two exceptions, in memory.c: a
-# call that keeps the GIL and must wait for the core's lock lets the GIL go
-# while it waits (pg_lock), and a release that frees a long dead graph lets
-# it go part way (free_cascade).
+# which ffi.errno alone reads, is skipped).  The calls that walk a graph
+# (backward, compile) wait for the sweep lock without the GIL.
 RELEASES_GIL = ("pg_backward", "pg_backward_resume", "pg_sweep_restore", "pg_sweep_clear",
-                "pg_nary", "pg_linear_layer", "pg_mlp", "pg_gather_data", "pg_gather_grad",
+                "pg_linear_layer", "pg_mlp", "pg_gather_data", "pg_gather_grad",
                 "pg_scatter_data", "pg_fill_grad", "pg_sgd_step", "pg_adam_step",
                 "pg_compile", "pg_program_forward", "pg_program_backward",
                 "pg_program_clear", "pg_batch_compile", "pg_batch_run", "pg_batch_step", "pg_batch_clear")
@@ -132,17 +132,12 @@ RELEASES_GIL = ("pg_backward", "pg_backward_resume", "pg_sweep_restore", "pg_swe
 
 def gil_source(cdef: str) -> str:
     """C for the module's preamble: cffi's wrappers keep the GIL, but those
-    of RELEASES_GIL, which call a twin that lets it go; and the hooks
-    through which pg_lock waits without it."""
+    of RELEASES_GIL, which call a twin that lets it go."""
     lines = ["#undef Py_BEGIN_ALLOW_THREADS", "#undef Py_END_ALLOW_THREADS",
              "#define Py_BEGIN_ALLOW_THREADS {", "#define Py_END_ALLOW_THREADS }",
              "#undef _cffi_restore_errno", "#undef _cffi_save_errno",
              "#define _cffi_restore_errno() ((void)0)", "#define _cffi_save_errno() ((void)0)",
-             "static _Thread_local int pg_without_gil;",
-             "void *pg_gil_let_go(void);", "void pg_gil_take_back(void *state);",
-             "void *pg_gil_let_go(void) { return pg_without_gil ? NULL : PyEval_SaveThread(); }",
-             "void pg_gil_take_back(void *state) {",
-             "    if (state != NULL) PyEval_RestoreThread((PyThreadState *)state);", "}"]
+             ]
     flat = re.sub(r"\s+", " ", re.sub(r"/\*.*?\*/", "", cdef, flags=re.S))
     for name in RELEASES_GIL:
         found = re.search(r"([\w ]+?\**) ?\b" + name + r"\(([^)]*)\);", flat)
@@ -153,9 +148,7 @@ def gil_source(cdef: str) -> str:
         result = "" if ret == "void" else f"{ret} r = "
         lines += [f"static {ret} {name}__without_gil({params}) {{",
                   "    PyThreadState *save = PyEval_SaveThread();",
-                  "    pg_without_gil = 1;",
                   f"    {result}{name}({args});",
-                  "    pg_without_gil = 0;",
                   "    PyEval_RestoreThread(save);"]
         lines += ([] if ret == "void" else ["    return r;"]) + ["}", f"#define {name} {name}__without_gil"]
     return "\n".join(lines) + "\n"

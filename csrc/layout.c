@@ -8,25 +8,26 @@
 #include "node.h"
 #include "program.h"
 
-static int by_handle(const void *a, const void *b) {
-    uint32_t x = ((const pg_slot_of *)a)->h, y = ((const pg_slot_of *)b)->h;
+static int by_node(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)((const pg_slot_of *)a)->node;
+    uintptr_t y = (uintptr_t)((const pg_slot_of *)b)->node;
     return (x > y) - (x < y);
 }
 
-uint32_t pg_layout_slot(const pg_layout *L, uint32_t h) {
-    pg_slot_of key = {h, 0};
-    const pg_slot_of *hit = bsearch(&key, L->by_handle, L->n, sizeof *hit, by_handle);
+uint32_t pg_layout_slot(const pg_layout *L, const pg_node *node) {
+    pg_slot_of key = {(pg_node *)node, 0};
+    const pg_slot_of *hit = bsearch(&key, L->by_node, L->n, sizeof *hit, by_node);
     return hit ? hit->slot : UINT32_MAX;
 }
 
 void pg_layout_free(pg_layout *L) {
-    free(L->handle); free(L->leaf); free(L->first_edge); free(L->kid); free(L->by_handle);
+    free(L->node); free(L->leaf); free(L->first_edge); free(L->kid); free(L->by_node);
     *L = (pg_layout){0, 0, 0, NULL, NULL, NULL, NULL, NULL};
 }
 
-int32_t pg_lay_out(const uint32_t *roots, uint32_t nroots, pg_layout *L, uint32_t *bad) {
+int32_t pg_lay_out(pg_node *const *roots, uint32_t nroots, pg_layout *L, pg_node **bad) {
     *L = (pg_layout){0, 0, 0, NULL, NULL, NULL, NULL, NULL};
-    uint32_t *order;          /* newest first */
+    pg_node **order;          /* parents first */
     size_t n;
     int32_t rc = pg_record_order(roots, nroots, &order, &n);
     if (rc < 0) return rc;
@@ -36,33 +37,33 @@ int32_t pg_lay_out(const uint32_t *roots, uint32_t nroots, pg_layout *L, uint32_
     }
     L->n = (uint32_t)n;
     for (size_t s = 0; s < n && rc == 0; s++) {
-        const pg_node *node = pg_N(order[n - 1 - s]);
+        pg_node *node = order[n - 1 - s];
         if (pg_program_leaf(node)) {
             L->nleaves++;
         } else if (pg_program_runs(node)) {
-            const uint32_t *kids;
+            pg_node *const *kids;
             L->nedges += pg_children(node, &kids);
         } else {
             *bad = order[n - 1 - s];
             rc = PG_E_ARG;
         }
     }
-    if (rc == 0 && !(PG_ALLOC(L->handle, n) && PG_ALLOC(L->leaf, n) &&
+    if (rc == 0 && !(PG_ALLOC(L->node, n) && PG_ALLOC(L->leaf, n) &&
                      PG_ALLOC(L->first_edge, n + 1) && PG_ALLOC(L->kid, L->nedges) &&
-                     PG_ALLOC(L->by_handle, n)))
+                     PG_ALLOC(L->by_node, n)))
         rc = PG_E_NOMEM;
     for (size_t s = 0; rc == 0 && s < n; s++) {
-        L->handle[s] = order[n - 1 - s];
-        L->by_handle[s] = (pg_slot_of){L->handle[s], (uint32_t)s};
+        L->node[s] = order[n - 1 - s];
+        L->by_node[s] = (pg_slot_of){L->node[s], (uint32_t)s};
     }
-    if (rc == 0) qsort(L->by_handle, n, sizeof *L->by_handle, by_handle);
+    if (rc == 0) qsort(L->by_node, n, sizeof *L->by_node, by_node);
     size_t e = 0;
     for (size_t s = 0; rc == 0 && s < n; s++) {
-        const pg_node *node = pg_N(L->handle[s]);
+        pg_node *node = L->node[s];
         L->first_edge[s] = e;
         L->leaf[s] = (uint8_t)pg_program_leaf(node);
         if (L->leaf[s]) continue;
-        const uint32_t *kids;
+        pg_node *const *kids;
         uint32_t nk = pg_children(node, &kids);
         for (uint32_t k = 0; k < nk; k++) L->kid[e++] = pg_layout_slot(L, kids[k]);
     }

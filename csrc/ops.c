@@ -15,7 +15,7 @@
 #include "node.h"
 #include "program.h"
 
-#define KID(n, i) pg_N((n)->kid[i])
+#define KID(n, i) ((n)->c.kid[i])
 
 static void forward_NONE(pg_node *n) { (void)n; }
 static void backward_NONE(pg_node *n) { (void)n; }
@@ -274,17 +274,17 @@ UNARY_OP(ABS, fabs(x), sign_of(x) * g)
         }                                                                       \
         if (first && nk == 1) G(src, 0) = PG_LINEAR_BGRAD(G(src, 0), g);       \
     }
-#define NODE_COUNT(n) ((n)->kid[0])
+#define NODE_COUNT(node) ((node)->c.list.n)
 #define NODE_VARIANT(n) ((n)->variant)
 #define NODE_Y(n) ((n)->data)
 #define NODE_GY(n) ((n)->grad)
-#define NODE_X(n, j) (pg_N((n)->aux.kids[j])->data)
-#define NODE_G(n, j) (pg_N((n)->aux.kids[j])->grad)
+#define NODE_X(n, j) (((n)->aux.kids[j])->data)
+#define NODE_G(n, j) (((n)->aux.kids[j])->grad)
 /* A weight w times an input x: w.grad += x * g, then x.grad += w * g.  The
  * two nodes are looked up once, not once per access. */
 #define NODE_PAIR_GRAD(n, a, b, g)                                      \
     do {                                                                \
-        pg_node *w_ = pg_N((n)->aux.kids[a]), *x_ = pg_N((n)->aux.kids[b]); \
+        pg_node *w_ = (n)->aux.kids[a], *x_ = (n)->aux.kids[b]; \
         w_->grad = PG_LINEAR_WGRAD(w_->grad, x_->data, g);              \
         x_->grad = PG_LINEAR_XGRAD(x_->grad, w_->data, g);              \
     } while (0)
@@ -310,14 +310,14 @@ LINEAR_RULES(node, pg_node *, NODE_COUNT, NODE_VARIANT, NODE_Y, NODE_GY, NODE_X,
         for (uint32_t j = 1; j < (count); j++) acc = acc + X(src, j, i); \
         return acc;                                                     \
     }
-#define NODE_INPUT(n, j, i) ((void)(i), pg_N((n)->aux.kids[j])->data)
-SUM_RULES(sum, const pg_node *, src->kid[0], NODE_INPUT)
+#define NODE_INPUT(n, j, i) ((void)(i), ((n)->aux.kids[j])->data)
+SUM_RULES(sum, const pg_node *, src->c.list.n, NODE_INPUT)
 static void forward_SUM(pg_node *n) { n->data = sum_total(n, 0); }
 static void backward_SUM(pg_node *n) {
-    const uint32_t *k = n->aux.kids;
+    pg_node *const *k = n->aux.kids;
     double g = n->grad;
-#define NODE_ADD(j) (pg_N(k[j])->grad += g)
-    SUM_GRAD_ORDER(n->kid[0], NODE_ADD);
+#define NODE_ADD(j) (k[j]->grad += g)
+    SUM_GRAD_ORDER(n->c.list.n, NODE_ADD);
 #undef NODE_ADD
 }
 
@@ -349,8 +349,8 @@ static void backward_SUM(pg_node *n) {
         double q = g / prefix##_total(src, i, m);                           \
         for (uint32_t j = (count); j-- > 0;) G(src, j, i) += exp(X(src, j, i) - m) * q; \
     }
-#define NODE_GRAD(n, j, i) (*((void)(i), &pg_N((n)->aux.kids[j])->grad))
-LSE_RULES(lse, const pg_node *, src->kid[0], NODE_INPUT, NODE_GRAD)
+#define NODE_GRAD(n, j, i) (*((void)(i), &((n)->aux.kids[j])->grad))
+LSE_RULES(lse, const pg_node *, src->c.list.n, NODE_INPUT, NODE_GRAD)
 static void forward_LOGSUMEXP(pg_node *n) { n->data = lse_value(n, 0); }
 static void backward_LOGSUMEXP(pg_node *n) { lse_grads(n, 0, n->grad); }
 
@@ -546,8 +546,8 @@ static void rows_backward_LOGSUMEXP(const pg_rows *r) {
  * op's gradient is linear in the incoming grad), child order. */
 static void forward_FUNCTION(pg_node *n) { (void)n; }
 static void backward_FUNCTION(pg_node *n) {
-    const double *d = pg_function_partials(n->aux.kids, n->kid[0]);
-    for (uint32_t i = 0; i < n->kid[0]; i++) pg_N(n->aux.kids[i])->grad += d[i] * n->grad;
+    const double *d = pg_function_partials(n->aux.kids, n->c.list.n);
+    for (uint32_t i = 0; i < n->c.list.n; i++) n->aux.kids[i]->grad += d[i] * n->grad;
 }
 
 /* Leaves have no rule.  A Python-made node (Value(x, children, op)) has its

@@ -67,7 +67,8 @@ void pg_steps_backward(const pg_steps *p, const double *d, double *g);
 /* A node a program reads as given data: a leaf, or a Python-made node
  * without children. */
 static inline int pg_program_leaf(const pg_node *n) {
-    return n->op == PG_OP_LEAF || (n->op == PG_OP_CUSTOM && n->kid[0] == 0);
+    if (n->flags & PG_F_PY_BACKWARD) return 0;     /* a hook on a leaf: Python's */
+    return n->op == PG_OP_LEAF || (n->op == PG_OP_CUSTOM && n->c.list.n == 0);
 }
 
 /* Can a program recompute it in C?  Not if its value or gradient lives in
@@ -76,7 +77,7 @@ static inline int pg_program_leaf(const pg_node *n) {
 static inline int pg_program_runs(const pg_node *n) {
     if (n->flags & PG_F_PY_BACKWARD) return 0;
     if (n->op == PG_OP_FUNCTION) return 0;
-    return n->op != PG_OP_CUSTOM || n->kid[0] == 0;
+    return n->op != PG_OP_CUSTOM || n->c.list.n == 0;
 }
 
 /* How many steps (or leaves) ahead the sweeps fetch what they will read
@@ -156,24 +157,25 @@ void pg_layer_backward(const pg_layer *L, size_t n, const pg_layer_scratch *s);
  * each build their own storage from it.
  */
 typedef struct pg_slot_of {
-    uint32_t h, slot;
+    pg_node *node;
+    uint32_t slot;
 } pg_slot_of;
 typedef struct pg_layout {
     uint32_t n;               /* slots */
     uint32_t nleaves;         /* slots a program reads as data (pg_program_leaf) */
     size_t nedges;
-    uint32_t *handle;         /* per slot: its node */
+    pg_node **node;           /* per slot: its node */
     uint8_t *leaf;            /* per slot: 1 for a leaf */
     size_t *first_edge;       /* per slot, and one past: slot s's children are */
     uint32_t *kid;            /* kid[first_edge[s] .. first_edge[s + 1]), as slots */
-    pg_slot_of *by_handle;    /* the slots, sorted by handle */
+    pg_slot_of *by_node;      /* the slots, sorted by node address */
 } pg_layout;
 /* Lay out the graph below roots[0..nroots).  PG_E_ARG with *bad set if a
  * node can't run in C (pg_program_runs); PG_E_NOMEM.  On error nothing is
  * left to free. */
-int32_t pg_lay_out(const uint32_t *roots, uint32_t nroots, pg_layout *L, uint32_t *bad);
+int32_t pg_lay_out(pg_node *const *roots, uint32_t nroots, pg_layout *L, pg_node **bad);
 void pg_layout_free(pg_layout *L);
-/* h's slot, or UINT32_MAX if h is not in the program. */
-uint32_t pg_layout_slot(const pg_layout *L, uint32_t h);
+/* node's slot, or UINT32_MAX if it is not in the program. */
+uint32_t pg_layout_slot(const pg_layout *L, const pg_node *node);
 
 #endif

@@ -1,18 +1,26 @@
 /*
  * pygrad's public C API: the only header Python's cffi layer sees.
  *
- * A node is named by a handle, a small integer (segment id << PG_SEG_BITS |
- * offset) that stays below 2^30 so that cffi converts it on its fast path;
- * PG_MAX_SEGS segments fill that handle space.
- * Functions that create nodes return the new handle, or a negative PG_E_*
- * code.  Nothing here aborts, exits or prints.
+ * Lifetime, in one paragraph (pygrad/_lifetime.py says the same for
+ * Python): a node lives in memory that Python owns, the array a cffi
+ * owning cdata (ffi.new) holds; C never allocates, frees or keeps a record
+ * of a node.  Every creator below writes new nodes into memory the caller
+ * passes, and links them to children by raw pointer; the caller keeps the
+ * children's memory alive at least as long as the new nodes' (Python: the
+ * new Value's keep, an immutable tuple, holds the children's keeps).  So
+ * whatever a node points to lives while it does, and a call that is given
+ * a node may walk everything below it for as long as the caller holds it.
+ *
+ * Functions that create nodes return 0, or a negative PG_E_* (nothing
+ * made).  Nothing here aborts, exits or prints.
  *
  * Thread safety: every function may be called from any thread, with the
  * GIL or without it (the module keeps it for short calls and lets it go
- * for long ones: csrc/cffi_build.py).  Graph structure and lifetime are
- * guarded by one internal lock; reading and writing data/grad of a node is
- * not locked, so two threads writing the same node race exactly as Python
- * floats would.
+ * for long ones: csrc/cffi_build.py).  Creating a node touches only the
+ * memory it is given.  A walk (backward, compile) takes the sweep lock,
+ * because it marks the nodes it visits; reading and writing data/grad of
+ * a node is not locked, so two threads writing the same node race exactly
+ * as Python floats would.
  */
 #ifndef PYGRAD_H
 #define PYGRAD_H
@@ -27,16 +35,35 @@ enum pg_op {
 };
 #undef PG_OP
 
-/* cdef-begin: everything up to cdef-end is read by csrc/cffi_build.py */
+/* A node (node.h has the rest of it).  48 bytes: enough to recompute the
+ * forward value (op, children, constant) as well as to run the gradient
+ * rule, so a graph can be replayed. */
+typedef struct pg_node {
+    double data;
+    double grad;
+    union {
+        double k;               /* POWK's exponent; SUB's and DIV's hidden grad (ops.c) */
+        struct pg_node **kids;  /* an n-ary node's child list (caller's memory) */
+    } aux;
+    union {
+        struct pg_node *kid[2]; /* a unary or binary node's children */
+        struct {
+            uint32_t n;         /* an n-ary node's child count */
+            uint32_t unused;
+            void *py;           /* CUSTOM: its Python handle (ffi.new_handle), or NULL */
+        } list;
+    } c;
+    uint32_t mark;              /* visited, during a walk under the sweep lock */
+    uint8_t op;
+    uint8_t flags;
+    uint16_t variant;           /* op-specific: LINEAR's activation and bias bit */
+} pg_node;
 
-#define PG_SEG_BITS 12
-#define PG_SEG_NODES 4096
-#define PG_MAX_SEGS 262144
+/* cdef-begin: everything up to cdef-end is read by csrc/cffi_build.py */
 
 /* Error codes.  PG_E_SWEEP: backward() needs a sweep (see below). */
 #define PG_E_NOMEM -2
 #define PG_E_ARG -3
-#define PG_E_SPACE -4
 #define PG_E_SWEEP -5
 
 /* LINEAR's variant: activation (the PG_ACT_MASK bits) | PG_LINEAR_BIAS. */
@@ -47,106 +74,86 @@ enum pg_op {
 #define PG_ACT_SIGMOID 3
 #define PG_LINEAR_BIAS 4
 
-/* Node flags visible to Python.  PY_HELD: a Python-defined node (a custom
- * op), or one with such a node below it (backward() then records first). */
+/* Node flags visible to Python.  PY_BACKWARD: the node's gradient is a
+ * Python closure (a custom op, or a _backward set on a node later). */
 #define PG_F_INT_EXPONENT 1
 #define PG_F_PY_BACKWARD 2
-#define PG_F_PY_HELD 4
 
-/* Lifetime (memory.c has the design).  A claim is Python's hold on the
- * nodes h .. h + n - 1: pg_claim_new makes an empty one (NULL when out of
- * memory), Python owns it with ffi.gc(claim, pg_claim_drop), and a creator
- * (or pg_hold) fills it.  pg_claim_drop releases its nodes and the claim. */
-typedef struct pg_claim {
-    uint32_t h;
-    uint32_t n;
-    void *slab;
-} pg_claim;
-pg_claim *pg_claim_new(void);
-void pg_claim_drop(pg_claim *c);
-/* The empty claim c takes live node h: 0, PG_E_ARG (no such node, or c
- * not empty), or PG_E_NOMEM (c is NULL: pg_claim_new failed). */
-int32_t pg_hold(pg_claim *c, uint32_t h);
-/* 1 if h names a live node, else 0. */
-int32_t pg_alive(uint32_t h);
-/* Free slots left in the calling thread's segment (0: none open); close
- * it (its next node opens a new one).  For tests. */
-uint32_t pg_room_left(void);
-void pg_close_current(void);
-
-/* Node creation, in the calling thread's segment: the new handle h, or a
- * PG_E_* (nothing made).  Each creator takes an empty claim c first, which
- * the new node (a run's nodes) is born held by: PG_E_NOMEM when c is NULL,
- * PG_E_ARG when it is not empty.  Each op also has entry points of its
- * own, which pass no op code: see the end of this header. */
-int32_t pg_leaf(pg_claim *c, double data);
-int32_t pg_unary(pg_claim *c, int op, uint32_t a);
-int32_t pg_binary(pg_claim *c, int op, uint32_t a, uint32_t b);
-int32_t pg_binary_k(pg_claim *c, int op, uint32_t a, double k, int k_first);
-int32_t pg_powk(pg_claim *c, uint32_t a, double k, int k_is_int);
-/* A Python-defined node (a custom op; PY_HELD); pg_custom1 for one child. */
-int32_t pg_custom(pg_claim *c, double data, const uint32_t *kids, uint32_t n);
-int32_t pg_custom1(pg_claim *c, double data, uint32_t kid);
-/* An n-ary node (LINEAR, SUM, LOGSUMEXP) over kids[0..n). */
-int32_t pg_nary(pg_claim *c, int op, int variant, const uint32_t *kids, uint32_t n);
-/* A layer of nout LINEAR nodes sharing inputs x[0..nin): neuron j's
- * parameters are params[j*(nin+1) ..] = b, w0, ..., w(nin-1).  The nodes
- * are consecutive handles, all held by c; returns the first. */
-int32_t pg_linear_layer(pg_claim *c, int act, const uint32_t *params, const uint32_t *x, uint32_t nin,
-                        uint32_t nout);
+/* Creators: each writes its new node(s) into `out` (the caller's memory:
+ * one pg_node, or as many as it says) and returns 0, or PG_E_ARG (a NULL
+ * child, a bad op or size: nothing written).  Each op also has entry
+ * points of its own, which pass no op code: see the end of this header. */
+int32_t pg_leaf(pg_node *out, double data);
+int32_t pg_unary(pg_node *out, int op, pg_node *a);
+int32_t pg_binary(pg_node *out, int op, pg_node *a, pg_node *b);
+/* a op k (k_first 0) or k op a (1): out[0] is the op node, out[1] the leaf
+ * holding k (micrograd wraps a number in a Value). */
+int32_t pg_binary_k(pg_node *out, int op, pg_node *a, double k, int k_first);
+int32_t pg_powk(pg_node *out, pg_node *a, double k, int k_is_int);
+/* A Python-defined node (a custom op) over kids[0..n), which the node
+ * keeps as its child list (the caller keeps the array alive, unchanged);
+ * py is its Python handle, handed back by backward(). */
+int32_t pg_custom(pg_node *out, double data, pg_node **kids, uint32_t n, void *py);
+/* An n-ary node (LINEAR, SUM, LOGSUMEXP) over kids[0..n), kept as
+ * pg_custom keeps them. */
+int32_t pg_nary(pg_node *out, int op, int variant, pg_node **kids, uint32_t n);
+/* A user-defined op (pygrad.Function): value `data`, and the partial
+ * derivative of it by each child, captured at forward time; edges has
+ * room for pg_function_words(n) words, and the node keeps it. */
+int32_t pg_function(pg_node *out, double data, pg_node *const *kids, const double *partials,
+                    uint32_t n, pg_node **edges);
+size_t pg_function_words(uint32_t n);
+/* A layer of nout LINEAR nodes out[0..nout) sharing inputs x[0..nin):
+ * neuron j's parameters are params[j*(nin+1) ..] = b, w0, ..., w(nin-1).
+ * edges has room for pg_layer_words(nin, nout) pointers. */
+int32_t pg_linear_layer(pg_node *out, pg_node **edges, int act, pg_node *const *params,
+                        pg_node *const *x, uint32_t nin, uint32_t nout);
+size_t pg_layer_words(uint32_t nin, uint32_t nout);
 /* The layers of an MLP in one call: layer l has sizes[l] inputs and
  * sizes[l + 1] neurons, parameters params[l] (as pg_linear_layer's) and
  * activation acts[l]; layer 0 reads x[0..sizes[0]), each next layer the
- * one before.  Every layer's nodes are consecutive handles in one
- * segment; returns the last layer's first handle (c holds the last
- * layer's nodes, which hold the rest), or a PG_E_* (nothing made). */
-int32_t pg_mlp(pg_claim *c, uint32_t nlayers, const int *acts, const uint32_t *const *params,
-               const uint32_t *sizes, const uint32_t *x);
-/* n leaves (data.to_values): consecutive handles held by c, returns the first. */
-int32_t pg_leaves(pg_claim *c, const double *data, uint32_t n);
-/* A user-defined op (pygrad.Function): value `data`, and the partial
- * derivative of it by each child, captured at forward time. */
-int32_t pg_function(pg_claim *c, double data, const uint32_t *kids, const double *partials, uint32_t n);
+ * one before.  The layers' nodes follow each other in out, the last
+ * layer's last; edges has room for the sum of the layers' words. */
+int32_t pg_mlp(pg_node *out, pg_node **edges, uint32_t nlayers, const int *acts,
+               pg_node *const *const *params, const uint32_t *sizes, pg_node *const *x);
+/* n leaves out[0..n) (data.to_values). */
+int32_t pg_leaves(pg_node *out, const double *data, uint32_t n);
 
 /* Bulk access, one call for many nodes (parameters). */
-void pg_gather_data(const uint32_t *h, uint32_t n, double *out);
-void pg_gather_grad(const uint32_t *h, uint32_t n, double *out);
-void pg_scatter_data(const uint32_t *h, uint32_t n, const double *in);
-void pg_fill_grad(const uint32_t *h, uint32_t n, double v);
+void pg_gather_data(pg_node *const *p, uint32_t n, double *out);
+void pg_gather_grad(pg_node *const *p, uint32_t n, double *out);
+void pg_scatter_data(pg_node *const *p, uint32_t n, const double *in);
+void pg_fill_grad(pg_node *const *p, uint32_t n, double v);
 
 /* Optimizer steps over n parameters (pygrad.optim documents the maths).
  * Each state array comes with its length: PG_E_ARG, and nothing changed, if
  * one is shorter than n.  A step that ran adds 1 to *steps (the
  * optimizer's step count, a double: exact to 2**53). */
-int32_t pg_sgd_step(const uint32_t *h, uint32_t n, double lr, double momentum,
+int32_t pg_sgd_step(pg_node *const *p, uint32_t n, double lr, double momentum,
                     double weight_decay, double *velocity, size_t nvelocity, double *steps);
-int32_t pg_adam_step(const uint32_t *h, uint32_t n, double lr, double beta1, double beta2,
+int32_t pg_adam_step(pg_node *const *p, uint32_t n, double lr, double beta1, double beta2,
                      double eps, double weight_decay, double bias1, double bias2,
                      double *m, size_t nm, double *v, size_t nv, double *steps);
 
 /* Node fields. */
-double pg_data(uint32_t h);
-void pg_set_data(uint32_t h, double v);
-double pg_grad(uint32_t h);
-void pg_set_grad(uint32_t h, double v);
-/* Where node h keeps its data and grad, side by side (NULL: no such node).
- * Nodes never move, so a Value that holds its node may keep the address. */
-double *pg_numbers(uint32_t h);
-int pg_op(uint32_t h);
-/* op | flags << 8, in one call (node h is live: its Value holds it). */
-int64_t pg_describe(uint32_t h);
-int pg_flags(uint32_t h);
-int pg_variant(uint32_t h);
-double pg_exponent(uint32_t h);
-uint32_t pg_nkids(uint32_t h);
+double pg_data(const pg_node *n);
+void pg_set_data(pg_node *n, double v);
+double pg_grad(const pg_node *n);
+void pg_set_grad(pg_node *n, double v);
+int pg_op(const pg_node *n);
+/* op | flags << 8, in one call. */
+int64_t pg_describe(const pg_node *n);
+int pg_flags(const pg_node *n);
+int pg_variant(const pg_node *n);
+double pg_exponent(const pg_node *n);
+uint32_t pg_nkids(const pg_node *n);
+/* Child i of n (NULL past the last). */
+pg_node *pg_kid(const pg_node *n, uint32_t i);
+/* A custom node's Python handle (pg_custom's py), else NULL. */
+void *pg_py_handle(const pg_node *n);
 /* Test hook: a `-` or `/` node's hidden grad (ops.c) back to what a new
  * node has; nothing for other ops. */
-void pg_zero_hidden(uint32_t h);
-/* Node h's children, at most two, in one int: n | kid0 << 2 | kid1 << 32
- * (handles are below 2^30); -n when it has n > 2 (then use pg_kids). */
-int64_t pg_kid_pair(uint32_t h);
-/* Node h's children: copies up to cap of them to out, returns how many it has. */
-uint32_t pg_kids(uint32_t h, uint32_t *out, uint32_t cap);
+void pg_zero_hidden(pg_node *n);
 const char *pg_op_name(int op);
 
 /* The op table (csrc/ops.def), row by row: pg_op_info(op) for op in
@@ -161,36 +168,43 @@ typedef struct pg_op_desc {
 } pg_op_desc;
 const pg_op_desc *pg_op_info(int op);
 
-/* Node h's backward is a Python closure. */
-int pg_set_py_backward(uint32_t h);
+/* Node n's backward is a Python closure from now on (a _backward set on a
+ * node C made). */
+void pg_set_py_backward(pg_node *n);
 
-/* Backward.  Returns 0 when done, h + 1 when node h needs its Python
- * backward run (then call pg_backward_resume), or a negative PG_E_*:
- * PG_E_SWEEP asks for a sweep (sweep was NULL and a Python backward may be
- * met), before anything changed.  With a sweep, the grads it will touch
- * are saved first; pg_sweep_restore puts them back unless pg_sweep_keep
- * was called (once the sweep has run to its end).  The sweep is Python's,
- * zeroed, and released by pg_sweep_clear (ffi.gc). */
+/* Backward from root.  The walk orders every node below the root (an
+ * iterative depth-first walk, parents before children).  With no Python
+ * closure among them, it runs every rule at once and returns 0.  Else it
+ * needs a sweep (PG_E_SWEEP when sweep is NULL, before anything changed):
+ * the order and every grad it will touch are saved in the sweep, and the
+ * rules run until a node whose backward is Python's; it returns 1 with
+ * that node in sweep->py, and pg_backward_resume goes on from it.
+ * pg_sweep_restore puts the saved grads back unless pg_sweep_keep was
+ * called (once the sweep has run to its end).  The sweep is Python's,
+ * zeroed, and released by pg_sweep_clear (ffi.gc).  The caller holds the
+ * root (and so every node below it) until the sweep is cleared. */
 typedef struct pg_sweep {
-    uint32_t *order;       /* the recorded walk, parents first */
-    double *saved;         /* each recorded node's grad and aux, before */
-    size_t n, cap, pos;
+    pg_node **order;       /* the walk, parents first */
+    double *saved;         /* each node's grad and aux, before */
+    size_t n, pos;
     int done;
+    pg_node *py;           /* the node whose Python backward is due */
 } pg_sweep;
-int32_t pg_backward(uint32_t root, pg_sweep *sweep);
+int32_t pg_backward(pg_node *root, pg_sweep *sweep);
 int32_t pg_backward_resume(pg_sweep *sweep);
 void pg_sweep_restore(pg_sweep *sweep);
 void pg_sweep_keep(pg_sweep *sweep);
 void pg_sweep_clear(pg_sweep *sweep);
-void pg_node_backward(uint32_t h);
+void pg_node_backward(pg_node *n);
 
 /* Replay: a graph compiled once, re-run forward and backward in C.  The
- * program is Python's, zeroed, and released by pg_program_clear. */
+ * program is Python's, zeroed, and released by pg_program_clear; the
+ * caller holds the root while the program lives. */
 typedef struct pg_program {
     void *impl;            /* the flat program (replay.c) */
     size_t n;              /* its nodes */
 } pg_program;
-int32_t pg_compile(uint32_t root, pg_program *p, uint32_t *bad_node);
+int32_t pg_compile(pg_node *root, pg_program *p, pg_node **bad_node);
 double pg_program_forward(pg_program *p);
 void pg_program_backward(pg_program *p);
 uint32_t pg_program_size(const pg_program *p);
@@ -201,13 +215,14 @@ void pg_program_clear(pg_program *p);
  * writing n x nout outputs; with w (n x nout), the other leaves' grads
  * accumulate sum_r w[r] . d out_r / d leaf, in the order batch.c states.
  * compile returns PG_E_ARG with *bad set to a node that can't run in C or
- * an input that is no leaf (0: no such node).  The batch is Python's,
- * zeroed, and released by pg_batch_clear. */
+ * an input that is no leaf (NULL: no such node).  The batch is Python's,
+ * zeroed, and released by pg_batch_clear; the caller holds the outputs
+ * and inputs while it lives. */
 typedef struct pg_batch {
     void *impl;
 } pg_batch;
-int32_t pg_batch_compile(const uint32_t *outputs, uint32_t nout, const uint32_t *inputs,
-                         uint32_t ninputs, pg_batch *b, uint32_t *bad);
+int32_t pg_batch_compile(pg_node *const *outputs, uint32_t nout, pg_node *const *inputs,
+                         uint32_t ninputs, pg_batch *b, pg_node **bad);
 int32_t pg_batch_run(pg_batch *b, const double *rows, size_t n, double *out, const double *w,
                      uint32_t threads);
 /* The rows of one chunk: sums over rows run chunk by chunk (batch.c), and a
@@ -222,7 +237,7 @@ int32_t pg_batch_run(pg_batch *b, const double *rows, size_t n, double *out, con
 typedef struct pg_optimizer {
     int32_t kind;
     uint32_t n;
-    const uint32_t *params;
+    pg_node *const *params;
     double lr, momentum, beta1, beta2, eps, weight_decay, bias1, bias2;
     double *s1;
     size_t ns1;
@@ -242,18 +257,8 @@ uint32_t pg_batch_slots(const pg_batch *b);
 int32_t pg_batch_layers(const pg_batch *b);
 void pg_batch_clear(pg_batch *b);
 
-/* Segment mappings the OS refused to take back (kept pooled instead), and
- * madvise(MADV_DONTNEED) calls it declined (those pages stay resident). */
-uint32_t pg_unmap_failed(void);
-uint32_t pg_advice_refused(void);
-
 /* The fault-injection hooks are in test_hooks.h: only a test build has them. */
 
-/* Accounting, for tests and benchmarks. */
-uint64_t pg_live_nodes(void);
-uint32_t pg_live_segments(void);
-/* Segments opened so far. */
-uint64_t pg_segment_births(void);
 uint32_t pg_node_size(void);
 
 /* cdef-end */
@@ -262,37 +267,37 @@ uint32_t pg_node_size(void);
  * Per-op entry points: the calls Python makes most, with as few arguments
  * as possible (each one costs cffi a conversion).  For each row CODE of
  * ops.def:
- *   pg_binary_CODE(c, a, b)    a op b                  (pg_binary)
- *   pg_binary_k_CODE(c, a, k)  a op k, k a new leaf    (pg_binary_k)
- *   pg_binary_rk_CODE(c, k, a) k op a, k a new leaf
- *   pg_unary_CODE(c, a)        op a                    (pg_unary)
+ *   pg_binary_CODE(out, a, b)    a op b                  (pg_binary)
+ *   pg_binary_k_CODE(out, a, k)  a op k, k a new leaf    (pg_binary_k)
+ *   pg_binary_rk_CODE(out, k, a) k op a, k a new leaf
+ *   pg_unary_CODE(out, a)        op a                    (pg_unary)
  * and for x ** number, pg_powk_float / pg_powk_int (pg_powk with
  * k_is_int 0 / 1).  They are static inline so that a row's forms can be
  * generated without the preprocessor knowing its arity: only the forms
- * that fit it are declared to cffi (pygrad/_build.py) and so compiled; a
+ * that fit it are declared to cffi (cffi_build.py) and so compiled; a
  * form that does not fit would return PG_E_ARG from the generic creator.
  */
 #define PG_OP(code, name, arity, methods, act, doc) \
-    static inline int32_t pg_binary_##code(pg_claim *c, uint32_t a, uint32_t b) { \
-        return pg_binary(c, PG_OP_##code, a, b); \
+    static inline int32_t pg_binary_##code(pg_node *out, pg_node *a, pg_node *b) { \
+        return pg_binary(out, PG_OP_##code, a, b); \
     } \
-    static inline int32_t pg_binary_k_##code(pg_claim *c, uint32_t a, double k) { \
-        return pg_binary_k(c, PG_OP_##code, a, k, 0); \
+    static inline int32_t pg_binary_k_##code(pg_node *out, pg_node *a, double k) { \
+        return pg_binary_k(out, PG_OP_##code, a, k, 0); \
     } \
-    static inline int32_t pg_binary_rk_##code(pg_claim *c, double k, uint32_t a) { \
-        return pg_binary_k(c, PG_OP_##code, a, k, 1); \
+    static inline int32_t pg_binary_rk_##code(pg_node *out, double k, pg_node *a) { \
+        return pg_binary_k(out, PG_OP_##code, a, k, 1); \
     } \
-    static inline int32_t pg_unary_##code(pg_claim *c, uint32_t a) { \
-        return pg_unary(c, PG_OP_##code, a); \
+    static inline int32_t pg_unary_##code(pg_node *out, pg_node *a) { \
+        return pg_unary(out, PG_OP_##code, a); \
     }
 #include "ops.def"
 #undef PG_OP
 
-static inline int32_t pg_powk_float(pg_claim *c, uint32_t a, double k) {
-    return pg_powk(c, a, k, 0);
+static inline int32_t pg_powk_float(pg_node *out, pg_node *a, double k) {
+    return pg_powk(out, a, k, 0);
 }
-static inline int32_t pg_powk_int(pg_claim *c, uint32_t a, double k) {
-    return pg_powk(c, a, k, 1);
+static inline int32_t pg_powk_int(pg_node *out, pg_node *a, double k) {
+    return pg_powk(out, a, k, 1);
 }
 
 #endif

@@ -93,7 +93,7 @@ static int32_t lay_out(flat *f, const pg_layout *L) {
     size_t nrows = 0, edges = 0, most = 1, nconst = 0;
     for (size_t s = 0; s < n; s++) {
         if (L->leaf[s]) continue;
-        int op = pg_N(L->handle[s])->op;
+        int op = L->node[s]->op;
         nconst += op == PG_OP_POWK;
         if (!plain(op)) {
             size_t nk = L->first_edge[s + 1] - L->first_edge[s];
@@ -123,7 +123,7 @@ static int32_t lay_out(flat *f, const pg_layout *L) {
     for (size_t i = 0; rc == 0 && i < n; i++) {        /* creation order */
         const uint32_t s = slot[i], *kid = L->kid + L->first_edge[i];
         const uint32_t nk = (uint32_t)(L->first_edge[i + 1] - L->first_edge[i]);
-        pg_node *node = pg_N(L->handle[i]);
+        pg_node *node = L->node[i];
         f->d[s] = node->data;
         if (L->leaf[i]) {
             f->leaf[lf] = s;
@@ -175,7 +175,7 @@ static int32_t lay_out(flat *f, const pg_layout *L) {
     return rc;
 }
 
-int32_t pg_compile(uint32_t root, pg_program *p, uint32_t *bad_node) {
+int32_t pg_compile(pg_node *root, pg_program *p, pg_node **bad_node) {
     pg_program_clear(p);
     pg_layout L;
     int32_t rc = pg_lay_out(&root, 1, &L, bad_node);

@@ -1,7 +1,6 @@
 /*
  * The fault-injection hooks of test_hooks.h (test builds only).  Their
- * countdowns have their own lock: an allocation can happen with or without
- * the graph's lock held.
+ * countdowns have their own lock: allocations happen on any thread.
  */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L     /* nanosleep */
@@ -16,7 +15,6 @@
 
 static pg_mutex hook_lock = PG_MUTEX_INIT;
 static uint32_t alloc_countdown;          /* 0: disarmed */
-static uint32_t unmap_countdown;
 
 /* The hooks' settings, each read and written under hook_lock (the tests
  * set them from Python while the core's threads read them). */
@@ -35,7 +33,6 @@ static uint32_t get_locked(const uint32_t *setting) {
 
 void pg_fail_alloc(uint32_t n) { set_locked(&alloc_countdown, n); }
 uint32_t pg_fail_alloc_pending(void) { return get_locked(&alloc_countdown); }
-void pg_fail_unmap(uint32_t n) { set_locked(&unmap_countdown, n); }
 
 static int counted_down(uint32_t *countdown) {
     pg_mutex_lock(&hook_lock);
@@ -45,7 +42,6 @@ static int counted_down(uint32_t *countdown) {
 }
 
 int pg_alloc_fails(void) { return counted_down(&alloc_countdown); }
-int pg_unmap_fails(void) { return counted_down(&unmap_countdown); }
 
 static uint32_t hold_workers;
 static uint32_t held_workers;

@@ -15,17 +15,10 @@
 #ifdef PG_TEST_HOOKS
 /* cdef-begin */
 /* The n-th heap allocation from now fails (0 disarms), as if the system
- * were out of memory.  Taking a pooled segment counts as an allocation.
- * pg_fail_alloc_pending is what is left of the countdown: 0 once the
+ * were out of memory.  pg_fail_alloc_pending is what is left of the countdown: 0 once the
  * failure has happened. */
 void pg_fail_alloc(uint32_t n);
 uint32_t pg_fail_alloc_pending(void);
-/* The n-th return of a segment mapping to the OS fails (0 disarms); the
- * mapping is then kept pooled, and pg_unmap_failed counts it. */
-void pg_fail_unmap(uint32_t n);
-/* At most n live segments (0: the whole handle space), to exhaust the
- * handle space without 2^30 nodes. */
-void pg_limit_segments(uint32_t n);
 /* With hold 1, each thread a batched run starts (batch.c) waits once it
  * has taken its first chunk, until hold is 0 again (and the calling thread
  * waits until they all do, so each holds one); pg_held_workers says how
@@ -34,10 +27,8 @@ void pg_hold_workers(int hold);
 uint32_t pg_held_workers(void);
 /* cdef-end */
 
-/* For the core: does this allocation (unmap) fail?  The hooks' lock is
- * taken around fork() with the graph's. */
+/* For the core: does this allocation fail? */
 int pg_alloc_fails(void);
-int pg_unmap_fails(void);
 void pg_test_hooks_lock(void);
 void pg_test_hooks_unlock(void);
 void pg_test_worker_started(void);
@@ -46,7 +37,6 @@ void pg_test_caller_waits(uint32_t threads);
 static inline void pg_test_worker_started(void) {}
 static inline void pg_test_caller_waits(uint32_t threads) { (void)threads; }
 static inline int pg_alloc_fails(void) { return 0; }
-static inline int pg_unmap_fails(void) { return 0; }
 static inline void pg_test_hooks_lock(void) {}
 static inline void pg_test_hooks_unlock(void) {}
 #endif

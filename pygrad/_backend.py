@@ -22,6 +22,7 @@ from . import engine as _engine
 from . import functional as _functional
 from . import reference as _reference
 from ._core import ffi, lib
+from ._lifetime import pack as _pack
 from ._numbers import is_value
 
 if TYPE_CHECKING:
@@ -197,18 +198,19 @@ def _state_fits(rc: int) -> None:
 
 
 class _CBackend(Backend):
-    """The C engine: bulk operations are one C call over the Values' handles."""
+    """The C engine: bulk operations are one C call over the Values' nodes
+    (a ``Packed``: the node pointers with the keeps that hold them)."""
 
     __slots__ = ()
 
     def pack(self, values: Iterable[Any]) -> Any:
-        return ffi.new("uint32_t[]", [v._h for v in values])
+        return _pack(values)
 
     def fused_optimizer(self, kind: str, packed: Any, steps: Any) -> Any:
         f: Any = ffi.new("pg_optimizer *")   # Any: the stub's cdata has no fields
         f.kind = lib.PG_OPT_SGD if kind == "sgd" else lib.PG_OPT_ADAM
         f.n = len(packed)
-        f.params = packed
+        f.params = packed.ptrs         # the optimizer holds packed beside f
         f.steps = steps
         return f
 
@@ -216,34 +218,34 @@ class _CBackend(Backend):
         return ffi.from_buffer("double[]", arr)
 
     def fill_grad(self, packed: Any, x: float) -> None:
-        lib.pg_fill_grad(packed, len(packed), x)
+        lib.pg_fill_grad(packed.ptrs, len(packed), x)
 
     def gather_data(self, packed: Any) -> np.ndarray:
         out = np.empty(len(packed), dtype=np.float64)
-        lib.pg_gather_data(packed, len(packed), ffi.from_buffer("double[]", out))
+        lib.pg_gather_data(packed.ptrs, len(packed), ffi.from_buffer("double[]", out))
         return out
 
     def gather_grad(self, packed: Any) -> np.ndarray:
         out = np.empty(len(packed), dtype=np.float64)
-        lib.pg_gather_grad(packed, len(packed), ffi.from_buffer("double[]", out))
+        lib.pg_gather_grad(packed.ptrs, len(packed), ffi.from_buffer("double[]", out))
         return out
 
     def scatter_data(self, packed: Any, arr: np.ndarray) -> None:
-        lib.pg_scatter_data(packed, len(packed), ffi.from_buffer("double[]", arr))
+        lib.pg_scatter_data(packed.ptrs, len(packed), ffi.from_buffer("double[]", arr))
 
     def sgd_step(self, packed: Any, lr: float, momentum: float, weight_decay: float,
                  velocity: Any, steps: Any) -> None:
-        _state_fits(lib.pg_sgd_step(packed, len(packed), lr, momentum, weight_decay,
+        _state_fits(lib.pg_sgd_step(packed.ptrs, len(packed), lr, momentum, weight_decay,
                                     velocity, len(velocity), steps))
 
     def adam_step(self, packed: Any, lr: float, beta1: float, beta2: float, eps: float,
                   weight_decay: float, bias1: float, bias2: float, m: Any, v: Any,
                   steps: Any) -> None:
-        _state_fits(lib.pg_adam_step(packed, len(packed), lr, beta1, beta2, eps, weight_decay,
+        _state_fits(lib.pg_adam_step(packed.ptrs, len(packed), lr, beta1, beta2, eps, weight_decay,
                                      bias1, bias2, m, len(m), v, len(v), steps))
 
     def fuses_layers(self, nout: int) -> bool:
-        return nout <= lib.PG_SEG_NODES
+        return True
 
     def fused_layer(self, packed_params: Any, params: Sequence[Any], x: Sequence[Any],
                     nin: int, nout: int, nonlin: bool) -> List[Any]:
@@ -253,40 +255,35 @@ class _CBackend(Backend):
         if len(xs) != nin:
             raise ValueError(f"layer expects {nin} inputs, got {len(xs)}")
         act = lib.PG_ACT_RELU if nonlin else lib.PG_ACT_NONE
-        return _engine.make_layer(act, packed_params, self.pack(xs), nin, nout, params, xs)
+        return _engine.make_layer(act, packed_params, tuple(params), tuple(xs), nin, nout)
 
     def leaves(self, data: Sequence[float]) -> List[Any]:
-        # Made in bulk, one C call per segment's worth.
-        return _engine.make_leaves(data) if data else []
+        # Made in bulk, one C call
+        return _engine.make_leaves(list(data)) if data else []
 
     def pack_layers(self, layers: Sequence[tuple]) -> Any:
         layers = super().pack_layers(layers)
         sizes = [layers[0][2]] + [nout for _, _, _, nout, _ in layers]
-        if sum(sizes[1:]) > lib.PG_SEG_NODES:      # more than one C call makes at once
-            return layers
         acts = [lib.PG_ACT_RELU if nonlin else lib.PG_ACT_NONE for *_, nonlin in layers]
         params = [packed_params for packed_params, *_ in layers]
-        # The arrays of pg_mlp's arguments, with what they point to, and the
-        # parameters' Values (which the outputs' Values hold).
+        # pg_mlp's arguments, and the parameters' Values (which the
+        # outputs' Values hold).
         param_values = tuple(v for layer in layers for v in layer[1])
-        return (len(layers), ffi.new("int[]", acts), ffi.new("uint32_t *[]", params),
-                ffi.new("uint32_t[]", sizes), layers, params, param_values)
+        return (ffi.new("int[]", acts), params, sizes, param_values, layers)
 
     def fused_layers(self, packed: Any, x: Sequence[Any]) -> List[Any]:
         if isinstance(packed, list):
             return super().fused_layers(packed, x)
-        nlayers, acts, params, sizes, layers, _, param_values = packed
+        acts, params, sizes, param_values, _ = packed
         V = self.Value
         xs: List[Any] = [v if isinstance(v, V) else V(v) for v in x]
         if len(xs) != sizes[0]:
             raise ValueError(f"layer expects {sizes[0]} inputs, got {len(xs)}")
-        return _engine.make_mlp(nlayers, acts, params, sizes, self.pack(xs), sizes[nlayers],
-                                (param_values, tuple(xs)))
+        return _engine.make_mlp(acts, params, sizes, param_values, tuple(xs))
 
     def make_function(self, name: str, data: float, values: Sequence[Any],
                       partials: Sequence[float]) -> Any:
-        return _engine.make_function(data, self.pack(values), ffi.new("double[]", list(partials)),
-                                      len(values), name, tuple(values))
+        return _engine.make_function(data, tuple(values), list(partials), name)
 
 
 C: Backend = _CBackend("c", _engine.Value, _functional.dot, _functional.sum,

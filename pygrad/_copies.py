@@ -13,6 +13,24 @@ def new_leaf(base: Any, cls: Any, data: float, grad: float, label: str,
     v = cls.__new__(cls)
     base.__init__(v, data, label=label)
     v.grad = grad
+    if state is not None:
+        apply_state(v, state)
+    return v
+
+
+def apply_state(v: Any, state: Any) -> None:
+    """What pickle does with an object's state: its ``__setstate__``, or
+    the instance dict updated and, for a ``(dict, slots)`` pair, the slots
+    set."""
+    setstate = getattr(v, "__setstate__", None)
+    if setstate is not None:
+        setstate(state)
+        return
+    slots = None
+    if isinstance(state, tuple) and len(state) == 2:
+        state, slots = state
     if state:
         v.__dict__.update(state)
-    return v
+    if slots:
+        for name, x in slots.items():
+            setattr(v, name, x)

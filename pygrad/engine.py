@@ -1,317 +1,271 @@
 """The C-backed ``Value``: a drop-in for ``micrograd.engine.Value``.
 
-A Value is a thin handle: ``_h`` names its node in C, and ``_s`` is the
-claim through which it owns that node (pygrad/_lifetime.py, csrc/memory.c):
-the node lives while the Value does, and Python alone decides when that
-ends.  The numbers and the graph live in C; each operator is one C call,
-and the forward and gradient rules of every op are in csrc/ops.c.  A Value
-holds the Values it was made from (``_a``, ``_b``), as micrograd's
-``_prev`` does, so ``_prev`` hands out your own Values, with their class
-and attributes.  An op's result has the class of the Value whose method
-ran (``type(self)``): the left operand's, or the Value's when a number is
-on the left.
+A Value is a thin Python object over a C node.  Its one slot ``_pg_keep``
+is the node's keep (pygrad/_lifetime.py: the node's memory, and what it
+points to, held by an immutable tuple); the numbers and the graph live in
+C, each operator is one C call, and the forward and gradient rules of
+every op are in csrc/ops.c.  A Value also holds the Values it was made
+from (``_pg_a``, ``_pg_b``), as micrograd's ``_prev`` does, so ``_prev``
+hands out your own Values, with their class and attributes.
+
+An op's result has the class of the Value whose method ran (the left
+operand's, or the right one's when a number is on the left) when that
+class keeps Value's ``__init__``; a subclass with its own ``__init__``
+gets a plain ``Value`` (its ``__init__`` never ran for the result, so
+attributes it sets would be missing).  ``_result_class`` is the hook.
 """
 import functools
 import numbers
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Iterable, Iterator, Optional, Set, Tuple
 
 from . import _ops
 from ._core import ffi, lib
-from ._lifetime import check as _check, made_later as _made_later, own as _own
-from ._lifetime import Owner as _Owner, compact as _compact, new_claim as _new_claim
-from ._lifetime import owners as _owners
 from ._copies import new_leaf
+from ._lifetime import NODE, NODE_PAIR, NODES, POINTERS, Packed, check as _check, within
 from ._numbers import real_or_none, value_data
 
 __all__ = ["Value", "settle"]
 
 _new = object.__new__
-_gc = ffi.gc
-# Any: cffi returns a plain cdata (the stub names the struct it points to)
-_claim_new: Callable[[], Any] = lib.pg_claim_new
-_drop = lib.pg_claim_drop
-_add_owner, _discard = _owners.add, _owners.discard
+_alloc = ffi.new
+_NULL = ffi.NULL
 _powk_float, _powk_int = lib.pg_powk_float, lib.pg_powk_int
+_pg_leaf = lib.pg_leaf
 
 
 def settle() -> None:
     """Kept for code written against pygrad 0.x: a node is freed as soon
-    as Python deallocates the last Value that reaches it (at ``del``, or at
+    as Python deallocates the last keep that holds it (at ``del``, or at
     the next garbage collection for a cycle), so there is nothing to settle.
     It runs a full garbage collection, which frees closure cycles now."""
     import gc
     gc.collect()
 
 
-def _wrap(cls: type, h: int, claim: Any, a: Any, b: Any) -> "Value":
-    """The Value of new node h, owning it through ``claim`` and holding the
-    operands it was made from."""
+# -- the class an op returns ---------------------------------------------------
+
+_RESULT_CLASS: "dict[type, type]" = {}
+
+
+def _result_class(cls: type) -> type:
+    """The class of an op's result on a ``cls`` operand: ``cls`` itself when
+    it keeps Value's ``__init__`` (ops make results without calling it),
+    else ``Value``.  A subclass may name its own by defining the class
+    attribute ``_pygrad_result_class``."""
+    found = _RESULT_CLASS.get(cls)
+    if found is None:
+        found = getattr(cls, "_pygrad_result_class", None)
+        if not (isinstance(found, type) and issubclass(found, Value)):
+            found = cls if cls.__init__ is Value.__init__ else Value
+        _RESULT_CLASS[cls] = found
+    return found
+
+
+def _fail(rc: int, what: str = "a graph node") -> None:
+    _check(rc, what)
+
+
+def _wrap(cls: type, keep: tuple, a: Any, b: Any) -> "Value":
+    """A new ``cls`` over the node keep[0], holding the operands it was made
+    from (a Value, None, or tuples of them)."""
     out: Value = _new(cls)
-    out._h = h
-    out._s = claim
-    out._a = a
-    out._b = b
-    out._kids = None        # _prev's cache, empty (a slot read, no exception)
+    out._pg_keep = keep
+    out._pg_a = a
+    out._pg_b = b
     return out
-
-
-def _create(cls: type, make: Callable[..., int], a: Any, b: Any, *args: Any,
-            what: str = "a graph node") -> "Value":
-    """A node from ``make(claim, *args)``, wrapped (the path of the less
-    frequent ops; the hot dunders inline it)."""
-    claim = _new_claim()
-    h = make(claim, *args)
-    if h < 0:
-        _check(h, what)
-    return _wrap(cls, h, claim, a, b)
-
-
-def _run(h: int, n: int, run_claim: Any, holds: Any) -> "list[Value]":
-    """Values for the n consecutive new nodes h, h + 1, ... that
-    ``run_claim`` holds meanwhile: each takes a claim of its own (the run's
-    goes when the caller drops it), and holds ``holds``."""
-    values = []
-    for j in range(n):
-        values.append(_wrap(Value, h + j, _own(h + j), holds, None))
-    return values           # the caller drops run_claim after this
 
 
 # -- the node factory the rest of the package builds with (_backend for nn,
-# functional, data, Function): package-internal, so not in __all__ --------------
+# functional, data, Function): package-internal, so not in __all__ -------------
 
-def make_nary(op: int, variant: int, handles: Any, n: int, kids: tuple = ()) -> "Value":
-    """A fused n-ary node over the given C array of handles (of ``kids``)."""
-    return _create(Value, lib.pg_nary, kids, None, op, variant, handles, n)
+def make_nary(op: int, variant: int, values: "tuple[Value, ...]") -> "Value":
+    """A fused n-ary node over ``values`` (their nodes, in order)."""
+    keeps = tuple(v._pg_keep for v in values)
+    kids = _alloc(POINTERS, [k[0] for k in keeps])
+    node = _alloc(NODE)
+    keep = (node, kids, keeps)
+    rc = lib.pg_nary(node, op, variant, kids, len(keeps))
+    if rc:
+        _fail(rc)
+    return _wrap(Value, keep, values, None)
 
 
-def make_layer(act: int, params: Any, x: Any, nin: int, nout: int,
-                param_values: "Sequence[Value]" = (), xs: "Sequence[Value]" = ()) -> "list[Value]":
+def make_layer(act: int, params: Packed, param_values: tuple, xs: "tuple[Value, ...]",
+               nin: int, nout: int) -> "list[Value]":
     """nout fused LINEAR nodes over shared inputs (pygrad.nn.Layer)."""
-    claim = _new_claim()
-    h = _check(lib.pg_linear_layer(claim, act, params, x, nin, nout), "a layer")
-    return _run(h, nout, claim, (tuple(param_values), tuple(xs)))
+    x = Packed(tuple(v._pg_keep for v in xs))
+    nodes = _alloc(NODES, nout)
+    edges = _alloc(POINTERS, lib.pg_layer_words(nin, nout))
+    layer = (nodes, edges, params.keeps, x.keeps)
+    rc = lib.pg_linear_layer(nodes, edges, act, params.ptrs, x.ptrs, nin, nout)
+    if rc:
+        _fail(rc, "a layer")
+    holds = (param_values, xs)
+    return [_wrap(Value, (nodes + j, layer), holds, None) for j in range(nout)]
 
 
-def make_mlp(nlayers: int, acts: Any, params: Any, sizes: Any, x: Any, nout: int,
-             holds: Any = ()) -> "list[Value]":
+def make_mlp(acts: Any, params: "list[Packed]", sizes: "list[int]", param_values: tuple,
+             xs: "tuple[Value, ...]") -> "list[Value]":
     """The layers of a fused MLP in one C call (pg_mlp): the hidden layers'
-    outputs are nodes without Values (``_prev`` makes them on demand); the
-    last layer's ``nout`` outputs become Values, holding ``holds`` (the
-    model's parameters and the inputs)."""
-    claim = _new_claim()
-    h = _check(lib.pg_mlp(claim, nlayers, acts, params, sizes, x), "a model's layers")
-    return _run(h, nout, claim, holds)
+    outputs are nodes without Values (``_prev`` makes them on demand, one
+    per node: the table in ``_pg_b``); the last layer's outputs become
+    Values, holding the model's parameters and the inputs."""
+    x = Packed(tuple(v._pg_keep for v in xs))
+    nlayers = len(sizes) - 1
+    total = sum(sizes[1:])
+    words = sum(lib.pg_layer_words(sizes[i], sizes[i + 1]) for i in range(nlayers))
+    nodes = _alloc(NODES, total)
+    edges = _alloc(POINTERS, words)
+    arrays = _alloc("pg_node *const *[]", [p.ptrs for p in params])
+    layer = (nodes, edges, tuple(p.keeps for p in params), x.keeps)
+    rc = lib.pg_mlp(nodes, edges, nlayers, acts, arrays, _alloc("uint32_t[]", sizes), x.ptrs)
+    if rc:
+        _fail(rc, "a model's layers")
+    holds = (param_values, xs)
+    table: "dict[Any, Value]" = {}
+    first = total - sizes[-1]
+    return [_wrap(Value, (nodes + (first + j), layer), holds, table) for j in range(sizes[-1])]
 
 
-def make_leaves(data: "Sequence[float]") -> "list[Value]":
-    """Leaves holding ``data`` (pygrad.data.to_values), one C call per
-    segment's worth."""
-    buf = ffi.new("double[]", data)
-    values: "list[Value]" = []
-    step = lib.PG_SEG_NODES
-    for start in range(0, len(data), step):
-        n = min(step, len(data) - start)
-        claim = _new_claim()
-        h = _check(lib.pg_leaves(claim, buf + start, n), "leaves")
-        values += _run(h, n, claim, None)
-    return values
+def make_leaves(data: "list[float]") -> "list[Value]":
+    """Leaves holding ``data`` (pygrad.data.to_values), in one C call."""
+    n = len(data)
+    nodes = _alloc(NODES, n)
+    rc = lib.pg_leaves(nodes, _alloc("double[]", data), n)
+    if rc:
+        _fail(rc, "leaves")
+    keep = (nodes,)
+    return [_wrap(Value, (nodes + i, keep), None, None) for i in range(n)]
 
 
-def make_function(data: float, kids: Any, partials: Any, n: int, name: str,
-                   values: tuple = ()) -> "Value":
+def make_function(data: float, values: "tuple[Value, ...]", partials: "list[float]",
+                  name: str) -> "Value":
     """A pygrad.Function node with its captured partials."""
-    out = _create(Value, lib.pg_function, values, None, data, kids, partials, n)
-    out._name = name
-    _made_later.add(out._h, out)        # replay's messages name it by handle
+    keeps = tuple(v._pg_keep for v in values)
+    n = len(keeps)
+    kids = _alloc(POINTERS, [k[0] for k in keeps])
+    edges = _alloc(POINTERS, lib.pg_function_words(n))
+    node = _alloc(NODE)
+    keep = (node, edges, keeps)
+    rc = lib.pg_function(node, data, kids, _alloc("double[]", partials), n, edges)
+    if rc:
+        _fail(rc, "a Function's node")
+    out = _wrap(Value, keep, values, None)
+    out._pg_op = name
     return out
-
-
-_pg_leaf = lib.pg_leaf
-
-
-def _new_leaf(claim: Any, data: Any) -> int:
-    """A new leaf's handle (or a PG_E_*): ``Value(x)``'s C call, for any
-    real x but a float."""
-    t = type(data)
-    if t is float or t is int:
-        try:
-            h = lib.pg_leaf(claim, data)   # cffi turns an int into a double as float(int) does
-        except OverflowError:
-            h = lib.pg_leaf(claim, value_data(data, Value))
-    else:
-        h = lib.pg_leaf(claim, value_data(data, Value))
-    return h
 
 
 def _not_a_number(other: Any) -> Any:
     """NotImplemented for an operand that is no number (Python then raises
     its TypeError), or a clearer TypeError for a Value of another engine."""
     if hasattr(other, "_prev") and hasattr(other, "grad"):
-        raise TypeError(f"cannot mix a pygrad.Value (C engine) with a {type(other).__module__}."
-                        f"{type(other).__qualname__} of another engine in one graph")
+        raise TypeError(_mixed_message(other))
     return NotImplemented
 
 
-def _other_operand(self: "Value", other: Any, make: Callable[..., int],
-                   make_k: Callable[..., int], swapped: bool) -> "Value":
-    """The less common operands of a binary dunder: a Value subclass, a
-    huge int, bool, Fraction, numpy scalar, or no number at all."""
-    cls = type(self)
-    if isinstance(other, Value):
-        if swapped:
-            return _create(cls, make, other, self, other._h, self._h)
-        return _create(cls, make, self, other, self._h, other._h)
+def _mixed_message(other: Any) -> str:
+    return (f"cannot mix a pygrad.Value (C engine) with a {type(other).__module__}."
+            f"{type(other).__qualname__} of another engine in one graph: build every Value "
+            "of a graph with one engine (with micrograd code, import Value and the nn "
+            "classes from pygrad: `from pygrad.nn import MLP`)")
+
+
+# -- the operator methods, made from the op table -------------------------------
+
+def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Value"]:
+    """The dunder of a unary op, or of a binary op with the Value on the
+    left (or, ``swapped``, on the right of a number: ``2 - v``).
+
+    Every form takes the same steps: new node memory, its keep (the
+    memory and the operands' keeps), one C call that fills the node, and
+    the Value.  With a number, micrograd wraps it in a leaf Value: the
+    node's memory has room for that leaf, and one call makes both."""
+    code = op.key.upper()
+    if op.arity == 1:
+        make1 = getattr(lib, "pg_unary_" + code)
+
+        def unary(self: "Value") -> "Value":
+            ka = self._pg_keep
+            node = _alloc(NODE)
+            keep = (node, ka)
+            rc = make1(node, ka[0])
+            if rc:
+                _fail(rc)
+            t = type(self)
+            out = _new(t if t is Value else _result_class(t))
+            out._pg_keep = keep
+            out._pg_a = self
+            out._pg_b = self            # both operands known: _prev needs no call
+            return out
+
+        unary.__doc__ = doc
+        return unary
+
+    make = getattr(lib, "pg_binary_" + code)
+    make_k = getattr(lib, ("pg_binary_rk_" if swapped else "pg_binary_k_") + code)
+
+    def binary(self: "Value", other: Any) -> "Value":
+        ka = self._pg_keep
+        t = type(other)
+        if t is float or t is int:
+            node = _alloc(NODE_PAIR)
+            keep = (node, ka)
+            try:
+                # cffi turns an int into a double as float(int) does
+                rc = make_k(node, other, ka[0]) if swapped else make_k(node, ka[0], other)
+            except OverflowError:
+                return _odd_operand(self, other, make, make_k, swapped)
+            b = None
+        elif t is Value or isinstance(other, Value):
+            kb = other._pg_keep
+            node = _alloc(NODE)
+            keep = (node, ka, kb)
+            rc = make(node, kb[0], ka[0]) if swapped else make(node, ka[0], kb[0])
+            b = other
+        else:
+            return _odd_operand(self, other, make, make_k, swapped)
+        if rc:
+            _fail(rc)
+        t = type(self)
+        out = _new(t if t is Value else _result_class(t))
+        out._pg_keep = keep
+        out._pg_a = self
+        out._pg_b = b
+        return out
+
+    binary.__doc__ = doc
+    return binary
+
+
+def _odd_operand(self: "Value", other: Any, make: Callable[..., int],
+                 make_k: Callable[..., int], swapped: bool) -> "Value":
+    """The less common number operands of a binary dunder: a huge int, bool,
+    Fraction, numpy scalar, or no number at all."""
     k = real_or_none(other)
     if k is None:
         return _not_a_number(other)
-    return _create(cls, make_k, self, None, *((k, self._h) if swapped else (self._h, k)))
+    ka = self._pg_keep
+    node = _alloc(NODE_PAIR)
+    keep = (node, ka)
+    rc = make_k(node, k, ka[0]) if swapped else make_k(node, ka[0], k)
+    if rc:
+        _fail(rc)
+    return _wrap(_result_class(type(self)), keep, self, None)
 
 
-def _binary(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
-    """An arithmetic dunder: self (op) Value, self (op) number.
-
-    With a number, micrograd wraps it in a leaf Value; the op's
-    ``pg_binary_k_<CODE>`` makes that leaf and the op node in one call.
-    Each op has its own C entry points, so that no op code is passed.  The
-    claim is made first and filled by the op (csrc/memory.c): an interrupt
-    anywhere drops it, and with it the node."""
-    code = op.key.upper()
-    make = getattr(lib, "pg_binary_" + code)
-    make_k = getattr(lib, "pg_binary_k_" + code)
-
-    def method(self: "Value", other: Any) -> "Value":
-        t = type(other)
-        if t is Value:
-            claim = _claim_new()
-            owner = _Owner(claim, _discard)
-            owner.twin = _gc(claim + 0, _drop)
-            _add_owner(owner)
-            h = make(claim, self._h, other._h)
-            if h >= 0:
-                out = _new(type(self))
-                out._h = h
-                out._s = claim
-                out._a = self
-                out._b = other
-                out._kids = None
-                return out
-            _check(h, "a graph node")
-        if t is float or t is int:
-            claim = _claim_new()
-            owner = _Owner(claim, _discard)
-            owner.twin = _gc(claim + 0, _drop)
-            _add_owner(owner)
-            try:
-                # cffi turns an int into a double as float(int) does
-                h = make_k(claim, self._h, other)
-            except OverflowError:
-                return _other_operand(self, other, make, make_k, False)
-            if h >= 0:
-                out = _new(type(self))
-                out._h = h
-                out._s = claim
-                out._a = self
-                out._b = None
-                out._kids = None
-                return out
-            _check(h, "a graph node")
-        return _other_operand(self, other, make, make_k, False)
-
-    method.__doc__ = doc
-    return method
-
-
-def _binary_swapped(op: _ops.Op, doc: str) -> Callable[["Value", Any], "Value"]:
-    """A reflected dunder that keeps Python's operand order: other (op) self
-    (``__rsub__``: ``2 - v``)."""
-    code = op.key.upper()
-    make = getattr(lib, "pg_binary_" + code)
-    make_rk = getattr(lib, "pg_binary_rk_" + code)
-
-    def method(self: "Value", other: Any) -> "Value":
-        t = type(other)
-        if t is float or t is int:
-            claim = _claim_new()
-            owner = _Owner(claim, _discard)
-            owner.twin = _gc(claim + 0, _drop)
-            _add_owner(owner)
-            try:
-                h = make_rk(claim, other, self._h)
-            except OverflowError:
-                return _other_operand(self, other, make, make_rk, True)
-            if h >= 0:
-                out = _new(type(self))
-                out._h = h
-                out._s = claim
-                out._a = self
-                out._b = None
-                out._kids = None
-                return out
-            _check(h, "a graph node")
-        return _other_operand(self, other, make, make_rk, True)
-
-    method.__doc__ = doc
-    return method
-
-
-def _unary(op: _ops.Op, doc: str) -> Callable[["Value"], "Value"]:
-    make = getattr(lib, "pg_unary_" + op.key.upper())
-
-    def method(self: "Value") -> "Value":
-        claim = _claim_new()
-        owner = _Owner(claim, _discard)
-        owner.twin = _gc(claim + 0, _drop)
-        _add_owner(owner)
-        h = make(claim, self._h)
-        if h >= 0:
-            out = _new(type(self))
-            out._h = h
-            out._s = claim
-            out._a = self
-            out._b = self           # both operands known: _prev needs no call
-            out._kids = None
-            return out
-        _check(h, "a graph node")
-        raise AssertionError
-
-    method.__doc__ = doc
-    return method
-
-
-_numbers_of = lib.pg_numbers
-
-
-def _c_field(get: Callable[[int], float], put: Callable[[int, float], None], index: int,
-             name: str, doc: str) -> Any:
-    """A float field of the C node, readable and writable.  A Value that is
-    written to keeps its node's address (``_p``: data, grad), so that an
-    update loop's writes cost a store, not a call; reads cost the same
-    either way."""
-    def fget(self: "Value", _get: Callable[[int], float] = get) -> float:
-        return _get(self._h)
-
-    def fset(self: "Value", v: Any, _put: Callable[[int, float], None] = put,
-             _i: int = index) -> None:
-        t = type(v)
-        if t is float or t is int:
-            try:
-                p = self._p
-            except AttributeError:
-                p = None
-            if p is None:     # a custom op's Value starts with None (closures write to it)
-                p = _numbers_of(self._h)
-                if p == ffi.NULL:
-                    _put(self._h, value_data(v, Value, name))
-                    return
-                self._p = p
-            try:
-                p[_i] = v      # cffi makes an int a double as float(int) does
-                return
-            except OverflowError:
-                pass
-        _put(self._h, value_data(v, Value, name))
-
-    return property(fget, fset, doc=doc)
+def _add_op_methods(cls: type) -> None:
+    """Give ``cls`` one method per ``methods`` entry of each unary and binary
+    op of the table; a method written in the class body (``__pow__``) stays."""
+    for op in _ops.METHOD_OPS:
+        for m in op.methods:
+            if m.name in cls.__dict__:
+                continue
+            if op.arity not in (1, 2):
+                raise ValueError(f"op table: {op.key} has methods but arity {op.arity}")
+            fn = _operator(op, m.doc, m.swapped)
+            fn.__name__ = m.name
+            fn.__qualname__ = f"{cls.__name__}.{m.name}"
+            setattr(cls, m.name, fn)
 
 
 # What _describe says of a node: op and flags; and the op names of the
@@ -321,50 +275,69 @@ _D_PY_BACKWARD = lib.PG_F_PY_BACKWARD << 8
 _describe = lib.pg_describe
 _CUSTOM = lib.PG_OP_CUSTOM
 _node_backward = lib.pg_node_backward
-_kid_pair = lib.pg_kid_pair
-_custom1 = lib.pg_custom1
 _OP_NAMES: Tuple[Optional[str], ...] = tuple(
     None if op.code in (lib.PG_OP_POWK, lib.PG_OP_LINEAR, lib.PG_OP_CUSTOM, lib.PG_OP_FUNCTION)
     else op.name for op in _ops.OPS)
 
 
-def _op_name(h: int, op: int) -> str:
-    """The name of node h's op where it depends on the node."""
+def _op_name(node: Any, op: int) -> str:
+    """The name of a node's op where it depends on the node."""
     if op == lib.PG_OP_POWK:
-        k = lib.pg_exponent(h)
-        return f"**{int(k)}" if lib.pg_flags(h) & lib.PG_F_INT_EXPONENT else f"**{k!r}"
+        k = lib.pg_exponent(node)
+        return f"**{int(k)}" if lib.pg_flags(node) & lib.PG_F_INT_EXPONENT else f"**{k!r}"
     if op == lib.PG_OP_LINEAR:
-        act = lib.pg_variant(h) & lib.PG_ACT_MASK
+        act = lib.pg_variant(node) & lib.PG_ACT_MASK
         return ("linear", "linear+ReLU", "linear+tanh", "linear+sigmoid")[act]
     return ""
 
 
 def _operands(v: "Value") -> Iterator["Value"]:
-    """The Values ``v`` holds as its operands (``_a``, ``_b``: a Value,
-    None, or nested tuples of them)."""
-    stack = [getattr(v, "_b", None), getattr(v, "_a", None)]
+    """The Values ``v`` holds as its operands (``_pg_a``, ``_pg_b``: a
+    Value, None, or nested tuples of them)."""
+    stack = [getattr(v, "_pg_b", None), getattr(v, "_pg_a", None)]
     while stack:
         x = stack.pop()
-        if x is None:
+        if x is None or type(x) is dict:
             continue
         if type(x) is tuple:
             stack.extend(reversed(x))
-        else:
+        elif isinstance(x, Value):
             yield x
 
 
-def _child_value(h: int, known: "dict[int, Value]", holds: Any) -> "Value":
-    """The Value of child node h: one its parent holds, one made for it
-    before (while it lives), or a new one, which holds ``holds``."""
-    v = known.get(h)
-    if v is not None:
-        return v
-    v = _made_later.get(h)
-    if v is not None:
-        return v
-    v = _wrap(Value, h, _own(h), holds, None)
-    _made_later.add(h, v)
-    return v
+def _node_of(v: Any) -> Any:
+    """v's node pointer, or None for what is no Value with a keep."""
+    keep = getattr(v, "_pg_keep", None)
+    return keep[0] if type(keep) is tuple and keep else None
+
+
+def _kids_of(v: "Value") -> Set["Value"]:
+    """_prev, the slow way: the node's children, each as the Value that
+    holds it (an operand), as the one made for it before (a fused model's
+    table), or as a new Value held through v's keep."""
+    keep = v._pg_keep
+    node = keep[0]
+    known = {}
+    for x in _operands(v):
+        p = _node_of(x)
+        if p is not None:
+            known[p] = x
+    table = getattr(v, "_pg_b", None)
+    if type(table) is not dict:
+        table = None
+    holds = (getattr(v, "_pg_a", None), None)
+    kids = set()
+    for i in range(lib.pg_nkids(node)):
+        p = lib.pg_kid(node, i)
+        kid = known.get(p)
+        if kid is None and table is not None:
+            kid = table.get(p)
+        if kid is None:
+            kid = _wrap(Value, within(keep, p), holds[0], table)
+            if table is not None:
+                table[p] = kid
+        kids.add(kid)
+    return kids
 
 
 from typing import TYPE_CHECKING  # noqa: E402  (beside its one use)
@@ -382,38 +355,31 @@ class Value(_ValueBase):
 
     ``Value(data, _children=(), _op='', label='')`` as in micrograd.  Data
     and grad are stored as C doubles; any other attribute can be set, as on
-    micrograd's Value.  An op on a subclass of Value returns that subclass
-    (the class of the operand whose method runs: the left one, or the
-    Value when a number is on the left).
+    micrograd's Value.  An op's result has the class of the operand whose
+    method runs, when that class keeps Value's ``__init__`` (module doc).
     """
 
-    __slots__ = ("_h", "_s", "_a", "_b", "_kids", "_name", "_label", "_p", "__dict__",
+    __slots__ = ("_pg_keep", "_pg_a", "_pg_b", "_pg_kids", "_pg_op", "_pg_label", "__dict__",
                  "__weakref__")
-    _h: int
-    _s: Any          # the claim through which this Value owns its node
-    _a: Any          # the operand Values it was made from (or None, or tuples)
-    _b: Any
-    _p: Any          # the node's data and grad (a cffi double *), once written; or None
-    _kids: Optional[Set["Value"]]
-    _name: str
-    _label: str
+    _pg_keep: tuple   # the node's keep (pygrad/_lifetime.py): never written but here
+    _pg_a: Any        # the operand Values it was made from (or None, or tuples)
+    _pg_b: Any
+    _pg_kids: Set["Value"]
+    _pg_op: str
+    _pg_label: str
 
     def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
                  label: str = "") -> None:
-        if getattr(self, "_s", None) is not None:
+        if getattr(self, "_pg_keep", None) is not None:
             raise TypeError("a pygrad.Value is initialised once: make a new Value instead")
         if not _children and _op == "":      # a leaf: the common case
-            claim = _claim_new()
-            owner = _Owner(claim, _discard)
-            owner.twin = _gc(claim + 0, _drop)
-            _add_owner(owner)
-            h = _pg_leaf(claim, data) if type(data) is float else _new_leaf(claim, data)
-            if h < 0:
-                _check(h, "a leaf")
-            self._h = h
-            self._s = claim
-            self._a = self._b = self._kids = None
-            _compact()
+            node = _alloc(NODE)
+            if type(data) is float:
+                _pg_leaf(node, data)
+            else:
+                _new_leaf(node, data)
+            self._pg_keep = (node,)
+            self._pg_a = self._pg_b = None
             if label:
                 self.label = label
             return
@@ -421,38 +387,65 @@ class Value(_ValueBase):
         kids = tuple(_children)
         for c in kids:
             if not isinstance(c, Value):
-                raise TypeError("Value _children must be pygrad.Values (C engine), not "
-                                f"{type(c).__module__}.{type(c).__qualname__}")
-        if type(_op) is not str or type(label) is not str:
-            if not isinstance(_op, str) or not isinstance(label, str):
-                raise TypeError("Value _op and label must be str")
+                raise TypeError(f"Value _children must be pygrad.Values (C engine), not "
+                                f"{type(c).__module__}.{type(c).__qualname__}"
+                                + (": " + _mixed_message(c) if hasattr(c, "_prev") else ""))
+        if not isinstance(_op, str) or not isinstance(label, str):
+            raise TypeError("Value _op and label must be str")
         # Made in Python, as micrograd's custom ops are: its backward is the
         # closure set on it (None until then: micrograd's `lambda: None`),
-        # kept where micrograd keeps it, in the instance dict.
-        claim = _new_claim()
-        if len(kids) == 1:
-            h = _custom1(claim, x, kids[0]._h)
-        else:
-            h = lib.pg_custom(claim, x, ffi.new("uint32_t[]", [c._h for c in kids]), len(kids))
-        if h < 0:
-            _check(h, "a Value")
-        self._h = h
-        self._s = claim
-        self._kids = self._b = None
-        self._a = kids
-        self._p = None           # where its closure writes, found on the first write
+        # kept where micrograd keeps it, in the instance dict; backward()
+        # finds this Value through the node's handle, which its keep holds.
+        keeps = tuple(c._pg_keep for c in kids)
+        ptrs = _alloc(POINTERS, [k[0] for k in keeps])
+        handle = ffi.new_handle(self)
+        node = _alloc(NODE)
+        keep = (node, ptrs, handle, keeps)
+        rc = lib.pg_custom(node, x, ptrs, len(keeps), handle)
+        if rc:
+            _fail(rc, "a Value")
+        self._pg_keep = keep
+        self._pg_b = None
+        self._pg_a = kids
         if kids:
             self.__dict__["_backward"] = None
-        self._name = _op
-        _made_later.add(h, self)          # backward() finds its closure by handle
+        self._pg_op = _op
         if label:
             self.label = label
 
     # -- numbers ------------------------------------------------------------
 
-    data: float = _c_field(lib.pg_data, lib.pg_set_data, 0, "Value.data", "The forward value.")
-    grad: float = _c_field(lib.pg_grad, lib.pg_set_grad, 1, "Value.grad",
-                    "d(root)/d(self), accumulated by ``backward()``.")
+    @property
+    def data(self) -> float:
+        """The forward value."""
+        return _get_data(self._pg_keep[0])
+
+    @data.setter
+    def data(self, v: Any) -> None:
+        t = type(v)
+        try:
+            if t is float or t is int:
+                _set_data(self._pg_keep[0], v)   # cffi makes an int a double as float(int) does
+                return
+        except OverflowError:
+            pass
+        _set_data(self._pg_keep[0], value_data(v, Value, "Value.data"))
+
+    @property
+    def grad(self) -> float:
+        """d(root)/d(self), accumulated by ``backward()``."""
+        return _get_grad(self._pg_keep[0])
+
+    @grad.setter
+    def grad(self, v: Any) -> None:
+        t = type(v)
+        try:
+            if t is float or t is int:
+                _set_grad(self._pg_keep[0], v)
+                return
+        except OverflowError:
+            pass
+        _set_grad(self._pg_keep[0], value_data(v, Value, "Value.grad"))
 
     # -- graph --------------------------------------------------------------
 
@@ -461,15 +454,15 @@ class Value(_ValueBase):
         """The op's name, for drawing (``'+'``, ``'*'``, ``'**2'``, ...):
         micrograd's, or what was set."""
         try:
-            return self._name
+            return self._pg_op
         except AttributeError:
             pass
-        h = self._h
-        op = _describe(h) & _D_OP
+        node = self._pg_keep[0]
+        op = _describe(node) & _D_OP
         name = _OP_NAMES[op]
         if name is None:
-            name = "" if op == _CUSTOM else _op_name(h, op)
-        self._name = name
+            name = "" if op == _CUSTOM else _op_name(node, op)
+        self._pg_op = name
         return name
 
     @_op.setter
@@ -477,41 +470,29 @@ class Value(_ValueBase):
         # micrograd-style code names its own ops (out._op = '-')
         if not isinstance(name, str):
             raise TypeError(f"_op must be str, not {type(name).__name__}")
-        self._name = name
+        self._pg_op = name
 
     @property
     def _prev(self) -> Set["Value"]:
         """The children, as micrograd's set of Values: the Values this one
         was made from (yours, with their class and attributes), and for a
         node made without one (a number's leaf, a fused layer's hidden
-        node) a Value made on first read; the same set on every read."""
+        node) a Value made on first read; the same set on every read.  The
+        set can't be changed: the children are the C node's."""
         try:
-            kids = self._kids       # None until the first read
-        except AttributeError:      # a Value made without __init__ (cls.__new__)
-            kids = None
-        if kids is not None:
-            return kids
+            return self._pg_kids
+        except AttributeError:
+            pass
         # The common case first: an op's Value holds both its operands (a
         # unary op's twice), which are its node's children.
-        a = getattr(self, "_a", None)
-        if a is not None and type(a) is not tuple:
-            b = self._b
-            if b is not None:
-                kids = self._kids = {a, b}
-                return kids
-        h = self._h
-        pair = _kid_pair(h)
-        if pair >= 0:
-            if not pair:                # a leaf
-                kids = self._kids = set()
-                return kids
-            handles: Any = ((pair >> 2) & 0x3FFFFFFF, pair >> 32)[:pair & 3]
+        a = getattr(self, "_pg_a", None)
+        b = getattr(self, "_pg_b", None)
+        if isinstance(a, Value) and isinstance(b, Value) and \
+                {_node_of(a), _node_of(b)} == _child_nodes(self._pg_keep[0]):
+            kids = _Children((a, b))
         else:
-            handles = ffi.new("uint32_t[]", -pair)
-            lib.pg_kids(h, handles, -pair)
-        known = {v._h: v for v in _operands(self)}
-        holds = (getattr(self, "_a", None), getattr(self, "_b", None))
-        kids = self._kids = {_child_value(k, known, holds) for k in handles}
+            kids = _Children(_kids_of(self))
+        self._pg_kids = kids
         return kids
 
     @_prev.setter
@@ -524,7 +505,7 @@ class Value(_ValueBase):
     def label(self) -> str:
         """A name for drawing."""
         try:
-            return self._label
+            return self._pg_label
         except AttributeError:
             return ""
 
@@ -532,17 +513,17 @@ class Value(_ValueBase):
     def label(self, text: str) -> None:
         if not isinstance(text, str):
             raise TypeError(f"label must be str, not {type(text).__name__}")
-        self._label = text
+        self._pg_label = text
 
     @property
     def _backward(self) -> Callable[[], None]:
         """Push this node's grad into its children's grads (only them)."""
-        h = self._h
-        if _describe(h) & _D_PY_BACKWARD:   # first: most Values have no instance dict
+        node = self._pg_keep[0]
+        if _describe(node) & _D_PY_BACKWARD:   # first: most Values have no instance dict
             fn = self.__dict__.get("_backward")
             if fn is not None:
                 return fn                       # None: micrograd's `lambda: None`
-        return functools.partial(_node_backward, h)
+        return functools.partial(_node_backward, node)
 
     @_backward.setter
     def _backward(self, fn: Callable[[], None]) -> None:
@@ -552,14 +533,14 @@ class Value(_ValueBase):
         if "_backward" in own:       # made by Value(data, children, op): flagged in C
             own["_backward"] = fn
             return
-        if _is_noop(fn) and lib.pg_nkids(self._h) == 0:
+        node = self._pg_keep[0]
+        if _is_noop(fn) and lib.pg_nkids(node) == 0:
             # micrograd's own default (`lambda: None`) set on a leaf, as code
             # written for micrograd does to its parameters: it changes nothing,
             # so the leaf stays a plain C leaf (fast, and compile() takes it).
             return
-        _check(lib.pg_set_py_backward(self._h), "a custom op")
         own["_backward"] = fn
-        _made_later.add(self._h, self)    # backward() finds its closure by handle
+        lib.pg_set_py_backward(node)
 
     def backward(self) -> None:
         """Backpropagate from this node: its grad is set to 1, every node
@@ -567,15 +548,14 @@ class Value(_ValueBase):
         fails (a closure raises, Ctrl-C, no memory), every grad is left as
         it was; but a sweep with no custom op below is one call into C, and
         a Ctrl-C during it rises as it returns, with every grad applied."""
-        _compact()
-        h = self._h
-        rc = lib.pg_backward(h, ffi.NULL)
+        keep = self._pg_keep          # held for the whole sweep (_lifetime.py)
+        rc = lib.pg_backward(keep[0], _NULL)
         if rc == lib.PG_E_SWEEP:
-            rc = _record_backward(self)
+            rc = _record_backward(self, keep)
         if rc == lib.PG_E_NOMEM:
             raise MemoryError("pygrad: out of memory in backward()")
         if rc < 0:
-            raise ValueError("pygrad: backward() on a Value whose node no longer exists")
+            raise ValueError("pygrad: backward() on a Value without a node")
 
     # -- operators ----------------------------------------------------------
 
@@ -597,66 +577,108 @@ class Value(_ValueBase):
             if k is None:
                 return _not_a_number(other)
             make = _powk_int if isinstance(other, numbers.Integral) else _powk_float
-        claim = _claim_new()
-        owner = _Owner(claim, _discard)
-        owner.twin = _gc(claim + 0, _drop)
-        _add_owner(owner)
+        ka = self._pg_keep
+        node = _alloc(NODE)
+        keep = (node, ka)
         try:
-            h = make(claim, self._h, k)
+            rc = make(node, ka[0], k)
         except OverflowError:
             return _not_a_number(real_or_none(k))   # an int too large: ValueError
-        if h < 0:
-            _check(h, "a graph node")
-        return _wrap(type(self), h, claim, self, self)   # one child: self (see _prev)
+        if rc:
+            _fail(rc)
+        return _wrap(_result_class(type(self)), keep, self, self)   # one child: self
 
     def __repr__(self) -> str:
         return f"Value(data={self.data}, grad={self.grad})"
+
+    def _compared(self, other: Any) -> bool:
+        raise TypeError(f"a pygrad.Value can't be ordered against {type(other).__name__}: "
+                        "compare v.data (a float); inside micrograd's own code this means "
+                        "a pygrad.Value became a micrograd Value's data, so the two engines "
+                        "were mixed: import Value and the nn classes from pygrad "
+                        "(`from pygrad.nn import MLP`)")
+
+    __lt__ = __le__ = __gt__ = __ge__ = _compared
 
     # -- copies ---------------------------------------------------------------
 
     def __copy__(self) -> "Value":
         """A new leaf with the same data, grad, label and attributes."""
-        return _leaf(type(self), self.data, self.grad, self.label, _state(self))
+        return new_leaf(Value, type(self), self.data, self.grad, self.label, _state(self))
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         """deepcopy and pickle: a new leaf with the same data, grad, label and
         attributes (a graph node's children stay behind)."""
-        return _leaf, (type(self), self.data, self.grad, self.label), _state(self) or None
+        return _leaf, (type(self), self.data, self.grad, self.label), _state(self)
 
 
-def _find_below(root: "Value", h: int) -> "Optional[Value]":
-    """The Value of node h among the Values ``root`` holds, transitively."""
+_get_data, _set_data = lib.pg_data, lib.pg_set_data
+_get_grad, _set_grad = lib.pg_grad, lib.pg_set_grad
+
+
+class _Children(set):
+    """``_prev``: a set of the children's Values that can't be changed (the
+    children are the C node's: micrograd's ``_prev.add(x)`` would change
+    nothing pygrad's backward() does, so it raises instead)."""
+
+    __slots__ = ()
+
+    def _fixed(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a pygrad.Value's _prev can't be changed: its children are the C "
+                        "node's, fixed when it is made; make a custom op with "
+                        "Value(data, children, op) and set its _backward instead")
+
+    add = discard = remove = pop = clear = update = _fixed
+    difference_update = intersection_update = symmetric_difference_update = _fixed
+    __ior__ = __iand__ = __isub__ = __ixor__ = _fixed  # type: ignore[assignment]
+
+
+def _child_nodes(node: Any) -> "set[Any]":
+    return {lib.pg_kid(node, i) for i in range(lib.pg_nkids(node))}
+
+
+def _new_leaf(node: Any, data: Any) -> None:
+    """``Value(x)``'s C call, for any real x but a float."""
+    t = type(data)
+    if t is int:
+        try:
+            _pg_leaf(node, data)   # cffi turns an int into a double as float(int) does
+            return
+        except OverflowError:
+            pass
+    _pg_leaf(node, value_data(data, Value))
+
+
+def _find_below(root: Value, node: Any) -> "Optional[Value]":
+    """The Value over ``node`` among the Values ``root`` holds, transitively."""
     seen, stack = set(), [root]
     while stack:
         v = stack.pop()
         if id(v) in seen:
             continue
         seen.add(id(v))
-        if v._h == h:
+        if _node_of(v) == node:
             return v
         stack.extend(_operands(v))
     return None
 
 
-def _record_backward(root: "Value") -> int:
-    """backward() when a Python closure may lie below h: C records the
+def _record_backward(root: Value, keep: tuple) -> int:
+    """backward() when a Python closure lies below the root: C records the
     order and saves the grads, then runs the rules, handing each closure to
-    Python; whatever stops it, the saved grads are put back."""
+    Python; whatever stops it, the saved grads are put back.  ``keep``
+    holds every node the sweep walks."""
     sweep = ffi.gc(ffi.new("pg_sweep *"), lib.pg_sweep_clear)
     try:
-        rc = lib.pg_backward(root._h, sweep)
+        rc = lib.pg_backward(keep[0], sweep)
         while rc > 0:
-            h = rc - 1
-            v = _made_later.get(h)
-            if v is None:
-                # Its entry went as a collection found it in a cycle, and a
-                # finalizer then resurrected it: look for it below the root.
-                v = _find_below(root, h)
-            if v is None:
+            node = sweep.py
+            handle = lib.pg_py_handle(node)
+            v = ffi.from_handle(handle) if handle != _NULL else _find_below(root, node)
+            if not isinstance(v, Value):
                 raise RuntimeError("pygrad: a custom op's _backward is gone (its Value was "
-                                   "dropped while its node lived on): keep the Value, or set "
-                                   "_backward before it is used in another op, as "
-                                   "micrograd's ops do")
+                                   "cleared while its node lived on): keep the Value, as "
+                                   "micrograd's _prev does")
             fn = v.__dict__.get("_backward")
             if fn is not None:     # None: never set, micrograd's `lambda: None`
                 fn()
@@ -668,25 +690,7 @@ def _record_backward(root: "Value") -> int:
         return rc
     finally:
         lib.pg_sweep_restore(sweep)        # nothing, once kept
-
-
-def _add_op_methods(cls: type) -> None:
-    """Give ``cls`` one method per ``methods`` entry of each unary and binary
-    op of the table; a method written in the class body (``__pow__``) stays."""
-    for op in _ops.METHOD_OPS:
-        for m in op.methods:
-            if m.name in cls.__dict__:
-                continue
-            fn: Callable[..., Value]
-            if op.arity == 1:
-                fn = _unary(op, m.doc)
-            elif op.arity == 2:
-                fn = (_binary_swapped if m.swapped else _binary)(op, m.doc)
-            else:
-                raise ValueError(f"op table: {op.key} has methods but arity {op.arity}")
-            fn.__name__ = m.name
-            fn.__qualname__ = f"{cls.__name__}.{m.name}"
-            setattr(cls, m.name, fn)
+        del keep
 
 
 _add_op_methods(Value)
@@ -703,9 +707,41 @@ def _is_noop(fn: Any) -> bool:
             and not getattr(fn, "__closure__", None))
 
 
-def _state(v: Value) -> dict:
-    """A Value's own attributes, less a custom op's closure and name."""
-    return {k: x for k, x in v.__dict__.items() if k not in ("_backward", "_op")}
+def _own_getstate(cls: type) -> bool:
+    """Whether a subclass of Value below ``cls`` defines ``__getstate__``."""
+    for c in cls.__mro__:
+        if c is Value:
+            return False
+        if "__getstate__" in c.__dict__:
+            return True
+    return False
+
+
+def _state(v: Value) -> Any:
+    """What a copy or pickle of ``v`` carries besides its numbers: the
+    subclass's ``__getstate__()`` if it has one, else its own attributes
+    (less a custom op's closure and name) and, as ``(dict, slots)`` the way
+    pickle does, the slots its subclasses add; None when there are none."""
+    if _own_getstate(type(v)):
+        return v.__getstate__()
+    state = {k: x for k, x in v.__dict__.items() if k not in ("_backward", "_op")}
+    slots = {}
+    for cls in type(v).__mro__:
+        if cls is Value:
+            break
+        names = cls.__dict__.get("__slots__", ())
+        for name in (names,) if isinstance(names, str) else names:
+            if name in ("__dict__", "__weakref__"):
+                continue
+            if name.startswith("__") and not name.endswith("__"):
+                name = f"_{cls.__name__.lstrip('_')}{name}"
+            try:
+                slots[name] = getattr(v, name)
+            except AttributeError:
+                pass
+    if slots:
+        return state or None, slots
+    return state or None
 
 
 def _leaf(cls: "type[Value]", data: float, grad: float, label: str, state: Any = None) -> Value:

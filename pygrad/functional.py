@@ -29,8 +29,7 @@ def _as_value(v: object, what: str) -> Value:
 
 
 def _node(op: int, variant: int, values: "list[Value]") -> Value:
-    handles = ffi.new("uint32_t[]", [v._h for v in values])
-    return engine.make_nary(op, variant, handles, len(values), tuple(values))
+    return engine.make_nary(op, variant, tuple(values))
 
 
 def dot(w: Iterable[Scalar], x: Iterable[Union[Scalar, float]],

@@ -286,7 +286,7 @@ class Module(Generic[P]):
         else:
             object.__setattr__(self, name, value)
 
-    # Copies and pickles: a fused cache holds C handles, and its edit number
+    # Copies and pickles: a fused cache holds packed nodes, and its edit number
     # belongs to this process, so it is never carried; a copy makes its own.
     def __getstate__(self) -> Any:
         state = {k: v for k, v in self.__dict__.items() if k != "_fused"}

@@ -24,7 +24,7 @@ LearningRate = Union[float, Callable[[int], float]]
 
 
 class Optimizer:
-    """Holds the parameters, their C handles and per-parameter state."""
+    """Holds the parameters, their packed nodes and per-parameter state."""
 
     # The per-parameter state arrays (attribute names) the steps update.
     _STATE: Tuple[str, ...] = ()
@@ -34,7 +34,7 @@ class Optimizer:
             raise TypeError(f"an optimizer takes the parameters: pass "
                             f"{type(params).__name__}.parameters(), not the "
                             f"{type(params).__name__} itself")
-        # A tuple behind a read-only property: the C steps run over handles
+        # A tuple behind a read-only property: the C steps run over the nodes
         # made here, so the list must not grow or change afterwards.
         given = tuple(params)
         self._params: Tuple[Scalar, ...] = tuple({id(p): p for p in given}.values())

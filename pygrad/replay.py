@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Tuple, Unio
 
 from ._core import ffi, lib
 from ._numbers import not_a_number, real_array
-from ._lifetime import made_later
+from ._lifetime import pack
 from ._value_ops import Scalar
-from .engine import Value
+from .engine import Value, _find_below
 
 if TYPE_CHECKING:
     import numpy as np
@@ -92,7 +92,7 @@ class Program:
     ``map()`` over rows of inputs (see ``compile``)."""
 
     __slots__ = ("_output", "_outputs", "_inputs", "_program", "_batch", "_lock", "_n",
-                 "_threads", "__weakref__")
+                 "_threads", "_keeps", "__weakref__")
 
     def __init__(self, output: Union[Scalar, Iterable[Scalar]],
                  inputs: Optional[Union[Scalar, Iterable[Scalar]]] = None) -> None:
@@ -100,7 +100,10 @@ class Program:
         outputs = (single,) if single is not None else _values(output, "compile's outputs")
         if not outputs:
             raise ValueError("compile needs at least one output Value")
-        self._outputs: Tuple[Value, ...] = outputs      # keep the graph alive
+        self._outputs: Tuple[Value, ...] = outputs
+        # What holds the programs' nodes (pygrad/_lifetime.py): the
+        # outputs' keeps, and the inputs' once there are inputs.
+        self._keeps: Tuple[tuple, ...] = tuple(v._pg_keep for v in outputs)
         self._output = single
         self._program: Any = None
         self._batch: Any = None
@@ -112,9 +115,9 @@ class Program:
             # Made empty and released in C (ffi.gc) first: nothing is lost
             # whatever interrupts this.
             program = ffi.gc(ffi.new("pg_program *"), lib.pg_program_clear)
-            bad = ffi.new("uint32_t *")
-            rc = lib.pg_compile(single._h, program, bad)
-            _check(rc, bad[0])
+            bad = ffi.new("pg_node **")
+            rc = lib.pg_compile(self._keeps[0][0], program, bad)
+            _check(rc, bad[0], self._outputs)
             self._program = program
             self._n = lib.pg_program_size(program)
         if inputs is not None:
@@ -127,18 +130,20 @@ class Program:
     def _compile_batch(self, inputs: Tuple[Value, ...]) -> None:
         seen = set()
         for v in inputs:
-            if lib.pg_op(v._h) != lib.PG_OP_LEAF:
+            if lib.pg_op(v._pg_keep[0]) != lib.PG_OP_LEAF:
                 raise ValueError(f"compile's inputs must be leaves (Values made by Value(x)), "
                                  f"not the result of an op: {v!r}")
             if id(v) in seen:
                 raise ValueError(f"compile's inputs name the same Value twice: {v!r}")
             seen.add(id(v))
         batch = ffi.gc(ffi.new("pg_batch *"), lib.pg_batch_clear)
-        bad = ffi.new("uint32_t *")
-        outs = ffi.new("uint32_t[]", [v._h for v in self._outputs])
-        ins = ffi.new("uint32_t[]", [v._h for v in inputs])
+        bad = ffi.new("pg_node **")
+        keeps = self._keeps[:len(self._outputs)] + tuple(v._pg_keep for v in inputs)
+        outs = ffi.new("pg_node *[]", [k[0] for k in keeps[:len(self._outputs)]])
+        ins = ffi.new("pg_node *[]", [k[0] for k in keeps[len(self._outputs):]])
         rc = lib.pg_batch_compile(outs, len(self._outputs), ins, len(inputs), batch, bad)
-        _check(rc, bad[0])
+        _check(rc, bad[0], self._outputs)
+        self._keeps = keeps
         if _ndarray is None:
             _numpy_types()
         self._inputs = inputs
@@ -327,19 +332,28 @@ def _run_failed(rc: int, what: str) -> None:
                          f"optimizer whose state does not fit its parameters")
 
 
-def _check(rc: int, bad: int) -> None:
+def _check(rc: int, bad: Any, outputs: Tuple[Value, ...]) -> None:
     if rc == lib.PG_E_NOMEM:
         raise MemoryError("pygrad: out of memory compiling the graph")
     if rc < 0:
-        if bad:
-            raise ValueError(f"cannot compile: {_describe(bad)}")
-        raise ValueError("cannot compile: a Value's node no longer exists")
+        if bad != ffi.NULL:
+            raise ValueError(f"cannot compile: {_describe(bad, outputs)}")
+        raise ValueError("cannot compile: an input is not a node")
 
 
-def _describe(h: int) -> str:
-    op = lib.pg_op(h)
-    v = made_later.get(h)          # custom ops' and Functions' Values are there
+def _describe(node: Any, outputs: Tuple[Value, ...]) -> str:
+    op = lib.pg_op(node)
+    v = None
+    for out in outputs:
+        v = _find_below(out, node)
+        if v is not None:
+            break
     name = _node_name(v)
+    if op not in (lib.PG_OP_FUNCTION, lib.PG_OP_CUSTOM):
+        return (f"the graph has a node whose _backward was set in Python ({name}); a "
+                "program runs only C's gradient rules, so it can't be replayed. Rebuild the "
+                "graph each step and call backward() on it, or do what the hook does "
+                "between backward() and the optimizer's step")
     if op == lib.PG_OP_FUNCTION:
         return (f"the graph has a pygrad.Function node ({name}); its gradients were "
                 "captured when it was made, so it can't be replayed. Rebuild the graph "
@@ -373,7 +387,7 @@ class Inputs:
     """A fixed list of leaf Values whose data is swapped in bulk, e.g. the
     next minibatch, in one C call."""
 
-    __slots__ = ("_values", "_handles")
+    __slots__ = ("_values", "_packed")
 
     def __init__(self, values: Iterable[Value]) -> None:
         self._values: Tuple[Value, ...] = tuple(values)
@@ -381,11 +395,11 @@ class Inputs:
             if not isinstance(v, Value):
                 raise not_a_number(v, f"Inputs takes pygrad.Values (C engine), not "
                                       f"{type(v).__name__}")
-        self._handles = ffi.new("uint32_t[]", [v._h for v in self._values])
+        self._packed = pack(self._values)
 
     @property
     def values(self) -> Tuple[Value, ...]:
-        """The leaves (read-only: set() writes through handles made here)."""
+        """The leaves (read-only: set() writes to the nodes packed here)."""
         return self._values
 
     def set(self, data: Any) -> None:
@@ -393,12 +407,12 @@ class Inputs:
         arr = real_array(data, "Inputs.set's data").reshape(-1)
         if arr.size != len(self.values):
             raise ValueError(f"Inputs.set needs {len(self.values)} numbers, got {arr.size}")
-        lib.pg_scatter_data(self._handles, len(self.values), ffi.from_buffer("double[]", arr))
+        lib.pg_scatter_data(self._packed.ptrs, len(self.values), ffi.from_buffer("double[]", arr))
 
     def get(self) -> np.ndarray:
         """The Values' data as an array."""
         out = np.empty(len(self.values), dtype=np.float64)
-        lib.pg_gather_data(self._handles, len(self.values), ffi.from_buffer("double[]", out))
+        lib.pg_gather_data(self._packed.ptrs, len(self.values), ffi.from_buffer("double[]", out))
         return out
 
     def __len__(self) -> int:

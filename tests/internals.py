@@ -1,61 +1,53 @@
-"""What the tests observe inside pygrad, in one place: live C nodes and
-segments, a Value's node, and closing a thread's segment.  Tests of the C
-entry points themselves (test_node_construction, the fault-injection tests)
-call the core directly; everything else asks here."""
-from typing import Any
+"""What the tests observe inside pygrad, in one place: live C nodes, a
+Value's node.  Tests of the C entry points themselves (test_node_construction,
+the fault-injection tests) call the core directly; everything else asks here.
 
-from pygrad._core import lib
+C keeps no record of live nodes (pygrad/_lifetime.py), so the tests count
+them from Python's side: importing this module wraps the engine's node
+allocation (``pygrad.engine._alloc``) with one that keeps a weak reference
+to every node array it makes.  The count is the nodes in those arrays that
+are still alive."""
+import weakref
+from typing import Any, List, Tuple
 
-#: Nodes per segment.
-SEG_NODES: int = lib.PG_SEG_NODES
+import pygrad.engine as _engine
+from pygrad._core import ffi, lib
+
+_NODE_BYTES = lib.pg_node_size()
+_arrays: List[Tuple[Any, int]] = []        # (weak reference, nodes) per node array
+_real_alloc = _engine._alloc
+_node_types = {ffi.typeof("pg_node[1]"), ffi.typeof("pg_node[2]"), ffi.typeof("pg_node[]")}
+
+
+def _tracked_alloc(ctype: Any, *init: Any) -> Any:
+    cdata = _real_alloc(ctype, *init)
+    if ctype in _node_types:
+        _arrays.append((weakref.ref(cdata), ffi.sizeof(cdata) // _NODE_BYTES))
+        if len(_arrays) > 1 << 16 and len(_arrays) & 0xFFF == 0:
+            _arrays[:] = [(r, n) for r, n in _arrays if r() is not None]
+    return cdata
+
+
+_engine._alloc = _tracked_alloc
 
 
 def live_nodes() -> int:
-    """C nodes alive now (without settling first)."""
-    return lib.pg_live_nodes()
-
-
-def live_segments() -> int:
-    """Segments mapped and in use now."""
-    return lib.pg_live_segments()
+    """C nodes alive now: in node arrays that Python has not freed."""
+    _arrays[:] = [(r, n) for r, n in _arrays if r() is not None]
+    return sum(n for _, n in _arrays)
 
 
 def node_of(v: Any) -> int:
-    """The handle of a C Value's node."""
-    return v._h
-
-
-def close_current_segment() -> None:
-    """Close the calling thread's segment: its next node opens a new one."""
-    lib.pg_close_current()
-
-
-def segment_of(v: Any) -> int:
-    """The id of the segment holding a C Value's node."""
-    return v._h >> lib.PG_SEG_BITS
-
-
-def room_left() -> int:
-    """Slots left in the calling thread's segment."""
-    return lib.pg_room_left()
+    """The address of a C Value's node."""
+    return int(ffi.cast("uintptr_t", v._pg_keep[0]))
 
 
 def runs_python_backward(v: Any) -> bool:
     """Whether a C Value's node runs a Python closure in backward()."""
-    return bool(lib.pg_flags(v._h) & lib.PG_F_PY_BACKWARD)
+    return bool(lib.pg_flags(v._pg_keep[0]) & lib.PG_F_PY_BACKWARD)
 
 
 def zero_hidden_grad(v: Any) -> None:
     """Zero the hidden interior grad a `-` or `/` node carries (micrograd's
     graph has a node there; see csrc/ops.def)."""
-    lib.pg_zero_hidden(v._h)
-
-
-def advice_refused() -> int:
-    """madvise calls the OS declined (their pages stayed resident)."""
-    return lib.pg_advice_refused()
-
-
-def unmap_failed() -> int:
-    """Segment mappings the OS would not take back (kept pooled)."""
-    return lib.pg_unmap_failed()
+    lib.pg_zero_hidden(v._pg_keep[0])
