@@ -291,8 +291,8 @@ _NULL = ffi.NULL
 
 class CffiFloorValue(FloorValue):
     """The interpreter floor plus one refused call into the C core per op:
-    the entry point and argument count of pygrad's own op, with no claim
-    (NULL) and handle 0 (no node), so the core returns at once and no node
+    the entry point and argument count of pygrad's own op, with no node
+    memory and no children (NULL), so the core returns at once and no node
     is made."""
 
     __slots__ = ()
@@ -300,10 +300,10 @@ class CffiFloorValue(FloorValue):
     def __add__(self, o: Any, _vv: Any = lib.pg_binary_ADD,
                 _vk: Any = lib.pg_binary_k_ADD) -> "CffiFloorValue":
         if type(o) is CffiFloorValue:
-            _vv(_NULL, 0, 0)
+            _vv(_NULL, _NULL, _NULL)
             d = o.data
         else:
-            _vk(_NULL, 0, o)
+            _vk(_NULL, _NULL, o)
             d = o
         out = _new(CffiFloorValue)
         out.data = self.data + d
@@ -314,10 +314,10 @@ class CffiFloorValue(FloorValue):
     def __mul__(self, o: Any, _vv: Any = lib.pg_binary_MUL,
                 _vk: Any = lib.pg_binary_k_MUL) -> "CffiFloorValue":
         if type(o) is CffiFloorValue:
-            _vv(_NULL, 0, 0)
+            _vv(_NULL, _NULL, _NULL)
             d = o.data
         else:
-            _vk(_NULL, 0, o)
+            _vk(_NULL, _NULL, o)
             d = o
         out = _new(CffiFloorValue)
         out.data = self.data * d
@@ -326,13 +326,13 @@ class CffiFloorValue(FloorValue):
     __rmul__ = __mul__
 
     def __pow__(self, k: Any, _powk: Any = lib.pg_powk_float) -> "CffiFloorValue":
-        _powk(_NULL, 0, k)
+        _powk(_NULL, _NULL, k)
         out = _new(CffiFloorValue)
         out.data = self.data ** k
         return out
 
     def relu(self, _relu: Any = lib.pg_unary_RELU) -> "CffiFloorValue":
-        _relu(_NULL, 0)
+        _relu(_NULL, _NULL)
         out = _new(CffiFloorValue)
         d = self.data
         out.data = 0.0 if d < 0.0 else d
@@ -465,18 +465,13 @@ def verify(plan: Any, engines: List[Engine]) -> Dict[str, Any]:
 
 def python_heap_per_op(plan: Any, e: Engine) -> float:
     """Python heap bytes held per op by a built graph (tracemalloc, untimed).
-    For pygrad this leaves out the C nodes, which live in mmap'd segments."""
+    For pygrad this counts the C nodes too: their memory is Python's."""
     gc.collect()
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
         g = plan.build(e.V)
         held = tracemalloc.get_traced_memory()[0] - base
-        if e.name == "pygrad":
-            # A pygrad graph dropped without backward() stays alive while its
-            # root's segment is the allocator's current one; it would then be
-            # freed (and counted) by the first timed repeat's del.
-            g[0].backward()
         del g
     finally:
         tracemalloc.stop()
@@ -488,8 +483,6 @@ def python_heap_per_op(plan: Any, e: Engine) -> float:
 
 def run_once(plan: Any, e: Engine) -> Dict[str, Any]:
     """One repeat: build, backward, drop.  Returns raw ns and node counts."""
-    is_pg = e.name == "pygrad"
-    live = lib.pg_live_nodes
     gc.collect()
     if e.forward_only:
         t0 = perf_ns()
@@ -498,11 +491,9 @@ def run_once(plan: Any, e: Engine) -> Dict[str, Any]:
         del g
         gc.collect()
         return {"fwd": t1 - t0}
-    live0 = live()
     t0 = perf_ns()
     g = plan.build(e.V)
     t1 = perf_ns()
-    live1 = live()
     err = None
     try:
         g[0].backward()
@@ -513,21 +504,15 @@ def run_once(plan: Any, e: Engine) -> Dict[str, Any]:
         del g
         gc.collect()
         return {"error": err, "fwd": t1 - t0}
-    live2 = live()
     t3 = perf_ns()
     del g                              # the only reference to the graph
     t4 = perf_ns()
-    live3 = live()
     gc.collect()
     t5 = perf_ns()
-    live4 = live()
     gc.collect()                       # the cost of a collection with no graph
     t6 = perf_ns()
     r = {"fwd": t1 - t0, "bwd": t2 - t1, "del": t4 - t3, "collect": t5 - t4,
          "collect_baseline": t6 - t5, "collect_extra": max(0, (t5 - t4) - (t6 - t5))}
-    if is_pg:
-        r.update(c_nodes_built=live1 - live0, c_nodes_freed_by_del=live2 - live3,
-                 c_nodes_left_after_collect=live4 - live0)
     return r
 
 
@@ -574,13 +559,6 @@ def bench_workload(plan: Any, engines: List[Engine], repeats: int,
         if e.name in failed:
             d["error"] = failed[e.name]
         if e.name == "pygrad":
-            built = runs[0]["c_nodes_built"]
-            d["c_nodes_per_op"] = built / n
-            d["c_nodes_built"] = built
-            d["c_nodes_freed_by_del"] = [r["c_nodes_freed_by_del"] for r in runs]
-            d["c_nodes_left_after_collect"] = [r["c_nodes_left_after_collect"] for r in runs]
-            d["del_ns_per_c_node_freed"] = summary(
-                [r["del"] / max(1, r["c_nodes_freed_by_del"]) for r in runs])
             d["collect_after_del_ms"] = summary([r["collect"] / 1e6 for r in runs])
         out["engines"][e.name] = d
     pg = out["engines"].get("pygrad", {})
@@ -664,19 +642,6 @@ def markdown(results: Dict[str, Any]) -> str:
                 f"| {ratio('fwd_ns_per_op')} | {ratio('bwd_ns_per_op')} |")
             if "error" in d:
                 lines.append(f"|  ({ename}: {d['error']}) | | | | | | | |")
-        if "c_nodes_per_op" in pg:
-            freed = pg["c_nodes_freed_by_del"]
-            left = pg["c_nodes_left_after_collect"]
-            lines += [
-                "",
-                f"pygrad: {pg['c_nodes_per_op']:.4f} C nodes/op ({pg['c_nodes_built']:,} per graph), "
-                f"{meta['pygrad_node_bytes']} B per C node "
-                f"(= {pg['c_nodes_per_op'] * meta['pygrad_node_bytes']:.1f} B/op in C); "
-                f"`del` of the graph after backward: "
-                f"{fmt(pg['del_ns_per_c_node_freed']['median'], 1)} ns per C node freed "
-                f"({fmt_range(freed)} freed by the del; "
-                f"{fmt_range(left)} more C nodes live after gc.collect() than before the build).",
-            ]
         if "pygrad/floor fwd" in w["ratios"]:
             pr = w["pygrad_over_floor_fwd_per_repeat"]
             lines += ["", f"pygrad eager forward / interpreter floor: "
@@ -770,7 +735,6 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
             "engines": {e.name: e.version for e in engines},
             "skipped": skipped,
             "pygrad_node_bytes": lib.pg_node_size(),
-            "pygrad_seg_nodes": lib.PG_SEG_NODES,
             "recursion_limit": sys.getrecursionlimit(),
         },
         "workloads": {},

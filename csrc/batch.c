@@ -2,7 +2,7 @@
  * Batched replay (Program.map, Program.train_step): one per-sample program,
  * run over many rows.
  *
- * Compiling lays the graph below the outputs out flat in creation order,
+ * Compiling lays the graph below the outputs out flat in topological order,
  * children first: slot s is one node.  The leaves named as inputs take one
  * column of the rows each; every other leaf is shared by all rows (the
  * parameters, and the constants that number operands made).
@@ -455,7 +455,7 @@ int32_t pg_batch_compile(pg_node *const *outputs, uint32_t nout, pg_node *const 
     *bad = NULL;
     if (nout == 0) return PG_E_ARG;
     pg_layout L;
-    int32_t rc = pg_lay_out(outputs, nout, &L, bad);
+    int32_t rc = pg_lay_out(outputs, nout, &L, bad, 1);
     if (rc < 0) return rc;
     batch *b = pg_calloc(1, sizeof *b);
     if (b == NULL || !PG_ALLOC(b->work, MAX_WORKERS) || !PG_ALLOC(b->input_slot, ninputs) ||

@@ -5,6 +5,7 @@
  * what a step looks like) is the back end's own.
  */
 #include <stdlib.h>
+#include <string.h>
 #include "node.h"
 #include "program.h"
 
@@ -25,7 +26,52 @@ void pg_layout_free(pg_layout *L) {
     *L = (pg_layout){0, 0, 0, NULL, NULL, NULL, NULL, NULL};
 }
 
-int32_t pg_lay_out(pg_node *const *roots, uint32_t nroots, pg_layout *L, pg_node **bad) {
+/* Index L->node[0..n) by address (L->by_node). */
+static void index_nodes(pg_layout *L) {
+    for (uint32_t s = 0; s < L->n; s++) L->by_node[s] = (pg_slot_of){L->node[s], s};
+    qsort(L->by_node, L->n, sizeof *L->by_node, by_node);
+}
+
+/* Reorder the interior slots of L->node (leaves first, then a topological
+ * order) stably by level, and index them. */
+static int32_t by_level(pg_layout *L) {
+    const uint32_t n = L->n;
+    uint32_t *level = NULL, *count = NULL;
+    pg_node **sorted = NULL;
+    index_nodes(L);
+    if (!(PG_ALLOC(level, n) && PG_ALLOC(count, n + 1) && PG_ALLOC(sorted, n))) {
+        free(level); free(count); free(sorted);
+        return PG_E_NOMEM;
+    }
+    uint32_t top = 0;
+    for (uint32_t s = L->nleaves; s < n; s++) {
+        pg_node *const *kids;
+        uint32_t nk = pg_children(L->node[s], &kids), lv = 0;
+        for (uint32_t k = 0; k < nk; k++) {
+            uint32_t c = pg_layout_slot(L, kids[k]);
+            if (level[c] > lv) lv = level[c];
+        }
+        level[s] = lv + 1;
+        if (lv + 1 > top) top = lv + 1;
+        count[lv + 1]++;
+    }
+    /* counting sort: where each level starts */
+    uint32_t at = L->nleaves;
+    for (uint32_t lv = 1; lv <= top; lv++) {
+        uint32_t c = count[lv];
+        count[lv] = at;
+        at += c;
+    }
+    for (uint32_t s = 0; s < L->nleaves; s++) sorted[s] = L->node[s];
+    for (uint32_t s = L->nleaves; s < n; s++) sorted[count[level[s]]++] = L->node[s];
+    memcpy(L->node, sorted, (size_t)n * sizeof *sorted);
+    free(level); free(count); free(sorted);
+    index_nodes(L);
+    return 0;
+}
+
+int32_t pg_lay_out(pg_node *const *roots, uint32_t nroots, pg_layout *L, pg_node **bad,
+                   int levels) {
     *L = (pg_layout){0, 0, 0, NULL, NULL, NULL, NULL, NULL};
     pg_node **order;          /* parents first */
     size_t n;
@@ -52,11 +98,20 @@ int32_t pg_lay_out(pg_node *const *roots, uint32_t nroots, pg_layout *L, pg_node
                      PG_ALLOC(L->first_edge, n + 1) && PG_ALLOC(L->kid, L->nedges) &&
                      PG_ALLOC(L->by_node, n)))
         rc = PG_E_NOMEM;
+    /* Leaves first, then the other nodes in the walk's order (children
+     * first: the order backward() sweeps, backwards); with `levels`, by
+     * level (a node's level is one more than its highest child's; leaves
+     * are 0), each level in the walk's order: a topological order in which
+     * the neurons of a layer, which share a level and which the walk meets
+     * one after another, get consecutive slots (batch.c runs them as one
+     * layer). */
+    size_t next_leaf = 0, next_op = L->nleaves;
     for (size_t s = 0; rc == 0 && s < n; s++) {
-        L->node[s] = order[n - 1 - s];
-        L->by_node[s] = (pg_slot_of){L->node[s], (uint32_t)s};
+        pg_node *node = order[n - 1 - s];
+        L->node[pg_program_leaf(node) ? next_leaf++ : next_op++] = node;
     }
-    if (rc == 0) qsort(L->by_node, n, sizeof *L->by_node, by_node);
+    if (rc == 0 && levels) rc = by_level(L);
+    else if (rc == 0) index_nodes(L);
     size_t e = 0;
     for (size_t s = 0; rc == 0 && s < n; s++) {
         pg_node *node = L->node[s];

@@ -52,7 +52,7 @@ int pg_step_fast_kind(int op);
 
 typedef struct pg_steps {
     size_t n;
-    const pg_step *step;      /* in creation order */
+    const pg_step *step;      /* in topological order */
     pg_node *const *node;     /* each step's node, written back */
     const pg_rows *rows;      /* the n-ary steps' arguments */
     int fetch_ahead;          /* operands often far away: prefetch them */
@@ -152,7 +152,7 @@ void pg_layer_backward(const pg_layer *L, size_t n, const pg_layer_scratch *s);
 
 /*
  * The one compiler front of both kinds of program (layout.c): the graph
- * below the roots laid out in creation order, children first, one slot per
+ * below the roots laid out in a topological order, children first, one slot per
  * node, each interior node's children named by slot.  replay.c and batch.c
  * each build their own storage from it.
  */
@@ -170,10 +170,12 @@ typedef struct pg_layout {
     uint32_t *kid;            /* kid[first_edge[s] .. first_edge[s + 1]), as slots */
     pg_slot_of *by_node;      /* the slots, sorted by node address */
 } pg_layout;
-/* Lay out the graph below roots[0..nroots).  PG_E_ARG with *bad set if a
- * node can't run in C (pg_program_runs); PG_E_NOMEM.  On error nothing is
- * left to free. */
-int32_t pg_lay_out(pg_node *const *roots, uint32_t nroots, pg_layout *L, pg_node **bad);
+/* Lay out the graph below roots[0..nroots), leaves first, then in
+ * backward()'s order, or with `levels` level by level (layout.c).
+ * PG_E_ARG with *bad set if a node can't run in C (pg_program_runs);
+ * PG_E_NOMEM.  On error nothing is left to free. */
+int32_t pg_lay_out(pg_node *const *roots, uint32_t nroots, pg_layout *L, pg_node **bad,
+                   int levels);
 void pg_layout_free(pg_layout *L);
 /* node's slot, or UINT32_MAX if it is not in the program. */
 uint32_t pg_layout_slot(const pg_layout *L, const pg_node *node);

@@ -2,7 +2,7 @@
  * Replay: the graph below a root, compiled once into a flat program, then
  * re-run in C.
  *
- * Compiling lays the graph out in creation order (children first), one
+ * Compiling lays the graph out in topological order (children first), one
  * slot per node, with the nodes' data and grads in one compact array and
  * each interior node one step (program.h) naming its children by slot.  The sweeps then read 8-byte neighbours instead of
  * 48-byte nodes spread over segments.  The nodes stay the truth the user
@@ -24,7 +24,7 @@
 typedef struct flat {
     size_t n;                 /* slots of nodes; POWK's exponents follow them */
     size_t nsteps;
-    pg_steps run;             /* interior nodes, in creation order */
+    pg_steps run;             /* interior nodes, in topological order */
     pg_step *steps;
     pg_node **step_node;
     uint32_t *leaf;           /* leaf slots */
@@ -113,14 +113,14 @@ static int32_t lay_out(flat *f, const pg_layout *L) {
     /* Slot s's data is d[2s] and its grad g[2s] = d[2s + 1]: a step reads
      * and writes a child's data and grad together, so one cache line
      * serves both.  Steps and leaves name slots by that index, 2s.  The
-     * leaves come first, then the interior nodes, each in creation order:
+     * leaves come first, then the interior nodes, each in topological order:
      * the passes over the leaves (reading their data and grads, writing
      * grads back) then walk the array in order instead of all over it. */
     if (rc == 0) f->g = f->d + 1;
     for (size_t i = 0, nl = 0, ni = nleaves; rc == 0 && i < n; i++)
         slot[i] = (uint32_t)(2 * (L->leaf[i] ? nl++ : ni++));
     size_t st = 0, lf = 0, rw = 0, e = 0, kc = 2 * n;
-    for (size_t i = 0; rc == 0 && i < n; i++) {        /* creation order */
+    for (size_t i = 0; rc == 0 && i < n; i++) {        /* topological order */
         const uint32_t s = slot[i], *kid = L->kid + L->first_edge[i];
         const uint32_t nk = (uint32_t)(L->first_edge[i + 1] - L->first_edge[i]);
         pg_node *node = L->node[i];
@@ -178,7 +178,7 @@ static int32_t lay_out(flat *f, const pg_layout *L) {
 int32_t pg_compile(pg_node *root, pg_program *p, pg_node **bad_node) {
     pg_program_clear(p);
     pg_layout L;
-    int32_t rc = pg_lay_out(&root, 1, &L, bad_node);
+    int32_t rc = pg_lay_out(&root, 1, &L, bad_node, 0);
     if (rc < 0) return rc;
     flat *f = pg_calloc(1, sizeof *f);
     rc = f == NULL ? PG_E_NOMEM : lay_out(f, &L);

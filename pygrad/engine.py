@@ -628,6 +628,9 @@ class _Children(set):
                         "node's, fixed when it is made; make a custom op with "
                         "Value(data, children, op) and set its _backward instead")
 
+    def __repr__(self) -> str:
+        return repr(set(self))
+
     add = discard = remove = pop = clear = update = _fixed
     difference_update = intersection_update = symmetric_difference_update = _fixed
     __ior__ = __iand__ = __isub__ = __ixor__ = _fixed  # type: ignore[assignment]
@@ -649,7 +652,7 @@ def _new_leaf(node: Any, data: Any) -> None:
     _pg_leaf(node, value_data(data, Value))
 
 
-def _find_below(root: Value, node: Any) -> "Optional[Value]":
+def find_below(root: Value, node: Any) -> "Optional[Value]":
     """The Value over ``node`` among the Values ``root`` holds, transitively."""
     seen, stack = set(), [root]
     while stack:
@@ -674,7 +677,7 @@ def _record_backward(root: Value, keep: tuple) -> int:
         while rc > 0:
             node = sweep.py
             handle = lib.pg_py_handle(node)
-            v = ffi.from_handle(handle) if handle != _NULL else _find_below(root, node)
+            v = ffi.from_handle(handle) if handle != _NULL else find_below(root, node)
             if not isinstance(v, Value):
                 raise RuntimeError("pygrad: a custom op's _backward is gone (its Value was "
                                    "cleared while its node lived on): keep the Value, as "

@@ -539,18 +539,24 @@ class Value:
     # -- backward ---------------------------------------------------------------
 
     def _topo(self) -> List["Value"]:
-        """Every node below this one, in creation order.  A node is always
-        created after its children, so this is a topological order; it is
-        the order csrc/backward.c walks (backwards), so both engines add up
-        each gradient in the same order."""
-        seen = {id(self): self}
-        stack = [self]
+        """Every node below this one, children before parents: a depth-first
+        walk that visits each node's children in order, as csrc/backward.c
+        does (with an explicit stack, not recursion), so both engines add
+        up each gradient in the same order."""
+        seen = {id(self)}
+        order: List["Value"] = []
+        stack = [(self, iter(self._children))]
         while stack:
-            for child in stack.pop()._children:
+            node, kids = stack[-1]
+            for child in kids:
                 if id(child) not in seen:
-                    seen[id(child)] = child
-                    stack.append(child)
-        return sorted(seen.values(), key=lambda v: v._created)
+                    seen.add(id(child))
+                    stack.append((child, iter(child._children)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+        return order
 
     def backward(self) -> None:
         """Set this grad to 1 and accumulate (``+=``) every gradient below."""

@@ -34,7 +34,7 @@ from ._core import ffi, lib
 from ._numbers import not_a_number, real_array
 from ._lifetime import pack
 from ._value_ops import Scalar
-from .engine import Value, _find_below
+from .engine import Value, find_below
 
 if TYPE_CHECKING:
     import numpy as np
@@ -345,7 +345,7 @@ def _describe(node: Any, outputs: Tuple[Value, ...]) -> str:
     op = lib.pg_op(node)
     v = None
     for out in outputs:
-        v = _find_below(out, node)
+        v = find_below(out, node)
         if v is not None:
             break
     name = _node_name(v)

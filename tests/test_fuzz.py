@@ -934,7 +934,7 @@ class EngineMachine(RuleBasedStateMachine):
         if first is None:
             first = c._prev
         second = c._prev
-        assert type(first) is set and all(type(x) is C for x in first), f"{what}._prev: {first!r}"
+        assert isinstance(first, set) and all(type(x) is C for x in first), f"{what}._prev: {first!r}"
         assert {id(x) for x in first} == {id(x) for x in second}, (
             f"{what}._prev: two reads gave different objects")
         kids, numbers_ = children_of(r)

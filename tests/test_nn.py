@@ -412,32 +412,6 @@ def test_an_mlp_over_a_python_made_node_keeps_its_backward():
     assert_same_doubles(got, [a.grad] + [p.grad for p in model.parameters()], "grads")
 
 
-@pytest.mark.parametrize("free", [3, 16, 20, 31, 32])
-def test_an_mlp_pass_that_fills_its_segment_agrees_with_the_reference(free):
-    # A pass of MLP(2, [16, 16, 1]) makes 16 + 16 + 1 nodes: with `free`
-    # slots left in the segment, the next segment starts before layer 1, 2
-    # or 3 (then the hidden handles sit in the older segment).
-    random.seed(8)
-    c = MLP(2, [16, 16, 1])
-    random.seed(8)
-    r = MLP(2, [16, 16, 1], engine="reference")
-    x = [C(0.5), C(-0.75)]
-    one = C(1.0)
-    pad = [one * one]
-    pad += [one * one for _ in range(internals.room_left() - free)]
-    assert internals.room_left() == free
-    sid = internals.segment_of(pad[-1])
-    co = c(x)
-    ro = r([R(0.5), R(-0.75)])
-    assert internals.segment_of(co) != sid
-    assert co.data == ro.data
-    co.backward()
-    ro.backward()
-    assert_same_doubles([p.grad for p in c.parameters()], [p.grad for p in r.parameters()],
-                        "grads")
-    del pad
-
-
 def test_an_mlp_whose_layers_do_not_chain_raises():
     model = MLP(2, [3, 1])
     model.layers.append(Layer(4, 1))
