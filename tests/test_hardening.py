@@ -292,3 +292,42 @@ def test_a_forked_child_can_use_a_program_whose_lock_was_held():
     assert out.strip() == "0"
 
 
+# --- 10. a Ctrl-C during the lazy numpy import -------------------------------
+
+# Each point broke numpy differently: "cannot load module more than once per
+# process", "module 'numpy' has no attribute 'maximum'", a RecursionError.
+@pytest.mark.parametrize("where", ["numpy.dtypes", "numpy._core.arrayprint",
+                                   "numpy.lib._function_base_impl"])
+def test_a_ctrl_c_during_the_lazy_numpy_import_leaves_numpy_usable(where):
+    """SIGINT is raised (by an import hook) as numpy starts importing
+    ``where``: the first compile(inputs=...) gets the KeyboardInterrupt, and
+    the next map works with a whole numpy (it used to keep a half-imported
+    one: "module 'numpy' has no attribute 'maximum'")."""
+    out = run_python(f"""
+        import os, signal, sys
+        import pygrad
+        from pygrad import Value
+        assert "numpy" not in sys.modules
+
+        class CtrlC:
+            def find_spec(self, name, path=None, target=None):
+                if name == {where!r}:
+                    sys.meta_path.remove(self)
+                    os.kill(os.getpid(), signal.SIGINT)
+                return None
+        sys.meta_path.insert(0, CtrlC())
+        x = Value(0.0)
+        try:
+            pygrad.compile((x * 2).tanh(), inputs=[x])
+            print("no interrupt")
+        except KeyboardInterrupt:
+            print("interrupted")
+        prog = pygrad.compile((x * 2).tanh(), inputs=[x])
+        got = prog.map([[0.25], [0.5]])
+        import numpy as np
+        assert got.tolist() == [(Value(v) * 2).tanh().data for v in (0.25, 0.5)]
+        print(repr(np.max(got)), np.linalg.norm(got) > 0)
+    """, timeout=60)
+    lines = out.split("\n")
+    assert lines[0] == "interrupted", out
+    assert lines[1].endswith("True"), out
