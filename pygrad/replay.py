@@ -219,7 +219,7 @@ class Program:
                 if self._lock_forks != _forks[0]:
                     self._lock = threading.RLock()
                     self._lock_forks = _forks[0]
-        lock = self._lock
+        lock: Any = self._lock          # Any: the stubs' RLock has no _is_owned
         # Only this thread can make this true: a handler that runs after
         # the check and calls the Program takes the lock and frees it again.
         if lock._is_owned():
