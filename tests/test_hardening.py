@@ -322,6 +322,7 @@ def test_a_ctrl_c_during_the_lazy_numpy_import_leaves_numpy_usable(where):
             print("no interrupt")
         except KeyboardInterrupt:
             print("interrupted")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
         prog = pygrad.compile((x * 2).tanh(), inputs=[x])
         got = prog.map([[0.25], [0.5]])
         import numpy as np
