@@ -26,7 +26,6 @@ layer by layer.
 import itertools
 import operator
 import random
-import weakref
 from typing import (Any, Dict, FrozenSet, Generic, List, NamedTuple, Optional, Sequence, Tuple,
                     TypeVar, Union)
 
@@ -131,11 +130,6 @@ def _watch(lst: Any, items: Sequence[Any], watched: List[Tuple[list, tuple]]) ->
         watched.append((lst, tuple(items)))
 
 
-# Module -> (its parameters list, their backend, packed), for _bulk.  Beside
-# the model, not in it, so pickles and copies never carry it.
-_bulk_cache: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
-
-
 def _first_seen(params: List[P]) -> List[P]:
     """``params`` with each object once, in first-seen order: tied weights
     (one Value in two places) are one parameter.  The common case, nothing
@@ -163,6 +157,9 @@ class Module(Generic[P]):
     """Base class: ``parameters()`` and ``zero_grad()``, plus bulk numpy
     access and state dicts."""
 
+    # (the parameters list as read, their backend, packed), for _bulk.
+    _pg_bulk: Optional[Tuple[tuple, Backend, Any]] = None
+
     def parameters(self) -> List[P]:
         """Every parameter once, in first-seen order (micrograd's order when
         no weight is tied)."""
@@ -181,18 +178,21 @@ class Module(Generic[P]):
         # (the same list then gives the same parameters): a set less a call.
         own = type(self).parameters is Module.parameters
         listed = self._all_parameters() if own else self.parameters()
-        try:
-            cached = _bulk_cache.get(self)
-        except TypeError:            # a Module that can't be weakly referenced
-            cached = None
-        if cached is not None and cached[0] == listed:
+        cached = self._pg_bulk
+        # Compared by identity: a parameter whose class makes == an op of
+        # its own (a node, or always True) must not pass for the one it
+        # replaced.
+        if cached is not None and not _moved(((listed, cached[0]),)):
             return cached[1], cached[2]
         params = _first_seen(listed) if own else listed
         backend = backend_of(params, allow_mixed=True)
         packed = backend.pack(params)
         try:
-            _bulk_cache[self] = (listed, backend, packed)
-        except TypeError:
+            # On the model, not in a weak dictionary beside it: a dictionary's
+            # callback, run as the model is freed, was where a Ctrl-C got lost
+            # ("Exception ignored").  Copies and pickles leave it out.
+            object.__setattr__(self, "_pg_bulk", (tuple(listed), backend, packed))
+        except AttributeError:      # a Module of the user's own without a __dict__
             pass
         return backend, packed
 
@@ -289,7 +289,7 @@ class Module(Generic[P]):
     # Copies and pickles: a fused cache holds packed nodes, and its edit number
     # belongs to this process, so it is never carried; a copy makes its own.
     def __getstate__(self) -> Any:
-        state = {k: v for k, v in self.__dict__.items() if k != "_fused"}
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_fused", "_pg_bulk")}
         state["_format"] = PICKLE_FORMAT
         return state
 
@@ -313,7 +313,8 @@ class Module(Generic[P]):
 PICKLE_FORMAT = 3
 
 # What a pickle of any format may hold but a model rebuilds for itself.
-_NOT_RESTORED = frozenset({"_format", "_fused", "_dot", "_param_values", "_param_handles"})
+_NOT_RESTORED = frozenset({"_format", "_fused", "_pg_bulk", "_dot", "_param_values",
+                           "_param_handles"})
 
 
 class Neuron(Module[Scalar]):

@@ -66,10 +66,12 @@ class Optimizer:
         self._steps_view = self._backend.buffer(self._steps)
         self._fused: Any = None
 
-    def _fused_step(self, kind: str, own_step: Any) -> Any:
+    def _fused_step(self, kind: str, own_step: Any, lr: float) -> Any:
         """The C description of this optimizer's step for
-        ``Program.train_step`` (made once, its lr and state refreshed per
-        step), or a TypeError if this optimizer can't step there."""
+        ``Program.train_step`` at learning rate ``lr`` (made once, its lr
+        and state refreshed per step), or a TypeError if this optimizer
+        can't step there.  The lr is read by the caller, before it takes
+        the Program's lock: a schedule may run the Program."""
         cls = type(self)
         for name, own in (("_step", own_step), ("step", Optimizer.step),
                           ("zero_grad", Optimizer.zero_grad)):
@@ -80,7 +82,7 @@ class Optimizer:
         f = self._fused
         if f is None:
             f = self._fused = self._backend.fused_optimizer(kind, self._packed, self._steps_view)
-        f.lr = self.current_lr()
+        f.lr = lr
         return f
 
     @property
@@ -236,8 +238,8 @@ class SGD(Optimizer):
     def _settings(self) -> str:
         return f", momentum={self.momentum}, weight_decay={self.weight_decay}"
 
-    def _fill_fused(self) -> Any:
-        f = self._fused_step("sgd", SGD._step)
+    def _fill_fused(self, lr: float) -> Any:
+        f = self._fused_step("sgd", SGD._step, lr)
         f.momentum, f.weight_decay = self.momentum, self.weight_decay
         f.s1, f.ns1 = self._views["velocity"], len(self._state["velocity"])
         return f
@@ -272,8 +274,8 @@ class Adam(Optimizer):
         return (f", betas=({self.beta1}, {self.beta2}), eps={self.eps}, "
                 f"weight_decay={self.weight_decay}")
 
-    def _fill_fused(self) -> Any:
-        f = self._fused_step("adam", Adam._step)
+    def _fill_fused(self, lr: float) -> Any:
+        f = self._fused_step("adam", Adam._step, lr)
         t = self.steps + 1
         f.beta1, f.beta2, f.eps, f.weight_decay = self.beta1, self.beta2, self.eps, self.weight_decay
         f.bias1, f.bias2 = 1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t

@@ -26,7 +26,6 @@ from __future__ import annotations
 import operator
 import os
 import threading
-import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Tuple, Union
 
 
@@ -43,10 +42,17 @@ else:
 
 __all__ = ["compile", "Program", "Inputs", "default_threads", "refresh_threads"]
 
-# Every Program, so that a forked child remakes their locks: fork() copies a
-# lock that another thread held (inside map()) as held, and the child's first
-# map() would wait for a thread that the child does not have.
-_programs: "weakref.WeakSet[Program]" = weakref.WeakSet()
+# fork() copies a Program's lock that another thread held (inside map()) as
+# held, and the child's first map() would wait for a thread that the child
+# does not have.  So a Program's lock is tagged with the number of forks
+# made when it was made, and a forked child (whose number moves on) makes
+# the Program a new one at its first use.  No registry of the Programs: a
+# weak set's callback ran as a Program was freed, and a Ctrl-C landing
+# there was printed as "Exception ignored" and lost.
+_forks = [0]
+# Held while a Program's lock is remade in a child, so that two threads
+# remake it once between them.
+_remaking = threading.Lock()
 
 
 def _cpus() -> int:
@@ -78,9 +84,10 @@ def refresh_threads() -> int:
 
 
 def _remake_locks_in_child() -> None:
+    global _remaking
     refresh_threads()
-    for program in list(_programs):
-        program._lock = threading.Lock()
+    _remaking = threading.Lock()
+    _forks[0] += 1
 
 
 if hasattr(os, "register_at_fork"):
@@ -91,8 +98,8 @@ class Program:
     """A compiled graph: ``forward()``, ``backward()``, ``output``, and
     ``map()`` over rows of inputs (see ``compile``)."""
 
-    __slots__ = ("_output", "_outputs", "_inputs", "_program", "_batch", "_lock", "_n",
-                 "_threads", "_keeps", "__weakref__")
+    __slots__ = ("_output", "_outputs", "_inputs", "_program", "_batch", "_lock", "_lock_forks",
+                 "_n", "_threads", "_keeps", "__weakref__")
 
     def __init__(self, output: Union[Scalar, Iterable[Scalar]],
                  inputs: Optional[Union[Scalar, Iterable[Scalar]]] = None) -> None:
@@ -108,9 +115,9 @@ class Program:
         self._program: Any = None
         self._batch: Any = None
         self._inputs: Optional[Tuple[Value, ...]] = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._lock_forks = _forks[0]
         self._threads: Optional[int] = None
-        _programs.add(self)
         if single is not None:
             # Made empty and released in C (ffi.gc) first: nothing is lost
             # whatever interrupts this.
@@ -208,6 +215,26 @@ class Program:
             return 1
         return max(1, min(cpus, (n * self._n) >> _WORK_BITS))
 
+    def _free_lock(self) -> Any:
+        """The lock that map and train_step hold while they run; a
+        RuntimeError if this thread holds it already (a signal handler, or
+        other code run while the call runs, calling the Program again)."""
+        if self._lock_forks != _forks[0]:
+            with _remaking:         # a forked child: a new lock, made once
+                if self._lock_forks != _forks[0]:
+                    self._lock = threading.RLock()
+                    self._lock_forks = _forks[0]
+        lock: Any = self._lock          # Any: the stubs' RLock has no _is_owned
+        # Only this thread can make this true: a handler that runs after
+        # the check and calls the Program takes the lock and frees it again.
+        if lock._is_owned():
+            raise RuntimeError(
+                "Program is busy in this thread: a signal handler or callback called it while "
+                "it runs (map or train_step), which would wait for itself forever. Call it "
+                "after the running call returns (e.g. have the handler set a flag), or use "
+                "another Program compiled from the same graph")
+        return lock
+
     def _rows(self, rows: Any, grad: Any, what: str) -> Tuple[Any, Any, int]:
         """rows and grad as contiguous float64 arrays of the right shapes."""
         if self._batch is None:
@@ -254,7 +281,7 @@ class Program:
         data, w, n = self._rows(rows, grad, "map")
         out = np.empty((n, len(self._outputs)), dtype=np.float64)
         threads = self._threads or self._auto_threads(n)
-        with self._lock:
+        with self._free_lock():
             rc = lib.pg_batch_run(self._batch, ffi.from_buffer("double[]", data), n,
                                   ffi.from_buffer("double[]", out),
                                   ffi.NULL if w is None else ffi.from_buffer("double[]", w),
@@ -277,13 +304,22 @@ class Program:
         data, w, n = self._rows(rows, grad, "train_step")
         out = np.empty(n if self._output is not None else (n, len(self._outputs)))
         threads = self._threads or self._auto_threads(n)
-        with self._lock:
-            # Inside the lock: two threads stepping one optimizer on this
-            # program each read the lr and state the other left.
-            fused = fill()
-            rc = lib.pg_batch_step(self._batch, ffi.from_buffer("double[]", data), n,
-                                   ffi.from_buffer("double[]", out), ffi.from_buffer("double[]", w),
-                                   threads, fused)
+        while True:
+            # The lr is read before the lock is taken: a schedule may
+            # evaluate the model with this very program (a plateau rule).
+            steps = optimizer.steps
+            lr = optimizer.current_lr()
+            with self._free_lock():
+                # Inside the lock: two threads stepping one optimizer on this
+                # program each read the state the other left, and an lr
+                # read before another thread's step is read again.
+                if optimizer.steps != steps:
+                    continue
+                fused = fill(lr)
+                rc = lib.pg_batch_step(self._batch, ffi.from_buffer("double[]", data), n,
+                                       ffi.from_buffer("double[]", out),
+                                       ffi.from_buffer("double[]", w), threads, fused)
+            break
         if rc < 0:
             _run_failed(rc, "train_step()")
         return out
