@@ -49,23 +49,36 @@ static int push(nodes *a, pg_node *x) {
     return 1;
 }
 
+static void unmark(const nodes *a) {
+    for (size_t i = 0; i < a->n; i++) a->p[i]->mark = 0;
+}
+
 /* Where the walk stands in a node: the node, and its next child. */
 typedef struct frame {
     pg_node *node;
     uint32_t next;
 } frame;
 
+/* The walks' scratch, kept between walks (under the sweep lock) up to
+ * SCRATCH_KEPT entries each, so that a training loop's sweeps take fresh
+ * pages from the OS only once: the stack, and backward()'s order. */
+#define SCRATCH_KEPT ((size_t)1 << 20)
+static frame *scratch_stack;
+static size_t scratch_cap;
+static nodes scratch_post;
+
 /* Every node below the roots, children first, into *post (sweep lock
- * held).  Returns 0 or PG_E_NOMEM; every mark it set is cleared again. */
-static int walk(pg_node *const *roots, uint32_t nroots, nodes *post) {
-    frame *stack = NULL;
-    size_t depth = 0, cap = 0;
+ * held), each marked; *flags gets the or of their flags.  Returns 0, or
+ * PG_E_NOMEM with every mark it set cleared again. */
+static int walk(pg_node *const *roots, uint32_t nroots, nodes *post, uint32_t *flags) {
+    frame *stack = scratch_stack;
+    size_t depth = 0, cap = scratch_cap;
+    uint32_t seen = 0;
     int rc = 0;
     for (uint32_t r = 0; r < nroots && rc == 0; r++) {
         if (roots[r]->mark) continue;
         roots[r]->mark = 1;
-        cap = cap ? cap : 256;
-        if (stack == NULL && (stack = pg_malloc(cap * sizeof *stack)) == NULL) {
+        if (stack == NULL && (stack = pg_malloc((cap = 256) * sizeof *stack)) == NULL) {
             roots[r]->mark = 0;
             rc = PG_E_NOMEM;
             break;
@@ -81,6 +94,7 @@ static int walk(pg_node *const *roots, uint32_t nroots, nodes *post) {
                     rc = PG_E_NOMEM;
                     break;
                 }
+                seen |= f->node->flags;
                 depth--;
                 continue;
             }
@@ -98,11 +112,21 @@ static int walk(pg_node *const *roots, uint32_t nroots, nodes *post) {
             stack[depth++] = (frame){kid, 0};
         }
     }
-    /* Marks come off every node that has one: those listed, and on
-     * failure those still on the stack. */
-    for (size_t i = 0; i < post->n; i++) post->p[i]->mark = 0;
-    for (size_t i = 0; i < depth; i++) stack[i].node->mark = 0;
-    free(stack);
+    if (rc < 0) {
+        /* Marks come off every node that has one: those listed, and
+         * those still on the stack. */
+        unmark(post);
+        for (size_t i = 0; i < depth; i++) stack[i].node->mark = 0;
+    }
+    /* The stack stays for the next walk, unless it grew big. */
+    if (cap > SCRATCH_KEPT) {
+        free(stack);
+        stack = NULL;
+        cap = 0;
+    }
+    scratch_stack = stack;
+    scratch_cap = cap;
+    *flags = seen;
     return rc;
 }
 
@@ -111,8 +135,10 @@ int pg_record_order(pg_node *const *roots, uint32_t nroots, pg_node ***order, si
     for (uint32_t j = 0; j < nroots; j++)
         if (roots[j] == NULL) return PG_E_ARG;
     nodes post = {NULL, 0, 0};
+    uint32_t flags;
     pg_mutex_lock(&sweep_lock);
-    int rc = walk(roots, nroots, &post);
+    int rc = walk(roots, nroots, &post, &flags);
+    if (rc == 0) unmark(&post);
     pg_mutex_unlock(&sweep_lock);
     if (rc < 0) {
         free(post.p);
@@ -190,33 +216,42 @@ void pg_sweep_keep(pg_sweep *s) {
 
 int32_t pg_backward(pg_node *root, pg_sweep *s) {
     if (root == NULL) return PG_E_ARG;
-    nodes post = {NULL, 0, 0};
+    uint32_t flags = 0;
     pg_mutex_lock(&sweep_lock);
-    int32_t rc = walk(&root, 1, &post);
-    int py = 0;
-    for (size_t i = 0; rc == 0 && i < post.n && !py; i++)
-        py = (post.p[i]->flags & PG_F_PY_BACKWARD) != 0;
+    nodes post = scratch_post;
+    post.n = 0;
+    int32_t rc = walk(&root, 1, &post, &flags);
+    int py = (flags & PG_F_PY_BACKWARD) != 0;
     if (rc == 0 && !py) {
+        /* One pass, parents first: each node's rule, and its mark off. */
         root->grad = 1.0;
-        for (size_t i = post.n; i-- > 0;) pg_rules[post.p[i]->op].backward(post.p[i]);
+        for (size_t i = post.n; i-- > 0;) {
+            pg_node *n = post.p[i];
+            n->mark = 0;
+            pg_rules[n->op].backward(n);
+        }
+    } else if (rc == 0) {
+        unmark(&post);
     }
+    /* A sweep takes its own copy of the order, parents first. */
+    pg_node **order = NULL;
+    if (rc == 0 && py && s != NULL) {
+        order = pg_malloc((post.n ? post.n : 1) * sizeof *order);
+        if (order == NULL) rc = PG_E_NOMEM;
+        for (size_t i = 0; order != NULL && i < post.n; i++) order[i] = post.p[post.n - 1 - i];
+    }
+    size_t n = post.n;
+    if (post.cap > SCRATCH_KEPT) {
+        free(post.p);
+        post = (nodes){NULL, 0, 0};
+    }
+    scratch_post = post;
     pg_mutex_unlock(&sweep_lock);
-    if (rc < 0 || !py) {
-        free(post.p);
-        return rc;
-    }
-    if (s == NULL) {
-        free(post.p);
-        return PG_E_SWEEP;
-    }
-    for (size_t i = 0, j = post.n; i + 1 < j; i++, j--) {   /* parents first */
-        pg_node *t = post.p[i];
-        post.p[i] = post.p[j - 1];
-        post.p[j - 1] = t;
-    }
+    if (rc < 0 || !py) return rc;
+    if (s == NULL) return PG_E_SWEEP;
     pg_sweep_clear(s);
-    s->order = post.p;
-    s->n = post.n;
+    s->order = order;
+    s->n = n;
     s->pos = 0;
     if (!save(s)) return PG_E_NOMEM;
     s->done = 0;
