@@ -61,6 +61,39 @@ def entry_points() -> "list[str]":
     return lines
 
 
+# The cyclic collector and the objects an op makes (pygrad/_lifetime.py):
+# its keep, a tuple whose items are all untracked, can be in no cycle;
+# CPython itself untracks such tuples, but only during a collection and
+# only once their items are (a parent keep is often met before its
+# child's, so a chain of keeps would stay tracked).  An op's Value refers
+# to its keep and its operands, which are older: it can be in a cycle only
+# through an attribute set on it later, and Value.__setattr__ then tracks
+# it again.  Untracked, neither costs the collector anything.  These two
+# are the only functions of the module that touch Python objects (by id(),
+# with the GIL); Python passes them only a keep and a Value.
+GC_CDEF = "void pg_untrack(uintptr_t keep, uintptr_t value);\nvoid pg_track(uintptr_t value);\n"
+GC_SOURCE = """
+static void pg_untrack(uintptr_t keep, uintptr_t value) {
+    PyObject *t = (PyObject *)keep;
+    if (PyTuple_CheckExact(t) && PyObject_GC_IsTracked(t)) {
+        Py_ssize_t n = PyTuple_Size(t), i;
+        for (i = 0; i < n; i++) {
+            PyObject *x = PyTuple_GetItem(t, i);
+            if (PyType_IS_GC(Py_TYPE(x)) && (!PyTuple_CheckExact(x) || PyObject_GC_IsTracked(x)))
+                break;
+        }
+        if (i == n) PyObject_GC_UnTrack(t);
+    }
+    if (value != 0 && PyObject_GC_IsTracked((PyObject *)value))
+        PyObject_GC_UnTrack((PyObject *)value);
+}
+
+static void pg_track(uintptr_t value) {
+    if (!PyObject_GC_IsTracked((PyObject *)value)) PyObject_GC_Track((PyObject *)value);
+}
+"""
+
+
 # PYGRAD_TEST_HOOKS=1 builds a test core: one with the fault-injection hooks
 # of csrc/test_hooks.h (.ci/sanitize and .ci/valgrind build one).
 TEST_HOOKS = os.environ.get("PYGRAD_TEST_HOOKS") == "1"
@@ -88,7 +121,7 @@ def cdef_source(test_hooks: bool = TEST_HOOKS) -> str:
     # The node's size and its two number fields (the rest is C's: "...").
     node = "typedef struct pg_node { double data; double grad; ...; } pg_node;\n"
     return ("\n".join(defines) + "\n" + node + _cdef_part("pygrad.h") + hooks
-            + "\n".join(entry_points()) + "\n")
+            + "\n".join(entry_points()) + "\n" + GC_CDEF)
 
 
 # The core compiles without a warning under these (.ci/warnings adds -Werror).
@@ -162,7 +195,7 @@ ffibuilder.set_source(
     # cffi defines the module's init function without a prototype
     'PyMODINIT_FUNC PyInit__core(void);\n'
     f'static const char *pg_build_stamp(void) {{ return "{source_stamp()}"; }}\n'
-    + gil_source(cdef_source()),
+    + gil_source(cdef_source()) + GC_SOURCE,
     sources=[os.path.relpath(os.path.join(CSRC, f), ROOT)
              for f in sorted(os.listdir(CSRC)) if f.endswith(".c")],
     # an edited header or ops.def rebuilds the core (every .c includes them)

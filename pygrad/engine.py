@@ -31,6 +31,10 @@ _alloc = ffi.new
 _NULL = ffi.NULL
 _powk_float, _powk_int = lib.pg_powk_float, lib.pg_powk_int
 _pg_leaf = lib.pg_leaf
+# The collector and what an op makes (csrc/cffi_build.py says why): the
+# keep, and the Value of a class that tracks itself again when an
+# attribute is set on it (Value.__setattr__).
+_untrack, _track = lib.pg_untrack, lib.pg_track
 
 
 def settle() -> None:
@@ -45,6 +49,7 @@ def settle() -> None:
 # -- the class an op returns ---------------------------------------------------
 
 _RESULT_CLASS: "dict[type, type]" = {}
+_UNTRACKED: "dict[type, bool]" = {}
 
 
 def _result_class(cls: type) -> type:
@@ -58,7 +63,22 @@ def _result_class(cls: type) -> type:
         if not (isinstance(found, type) and issubclass(found, Value)):
             found = cls if cls.__init__ is Value.__init__ else Value
         _RESULT_CLASS[cls] = found
+        # The collector may leave an op's result alone when nothing but
+        # Value.__setattr__ can give it a reference: no slots of its own.
+        _UNTRACKED[found] = found.__setattr__ is Value.__setattr__ and all(
+            not c.__dict__.get("__slots__") for c in found.__mro__ if c not in _VALUE_MRO)
     return found
+
+
+def _result(self: "Value", keep: tuple, a: Any, b: Any) -> "Value":
+    """The Value of an op on ``self`` (a subclass's instance), over keep."""
+    cls = _result_class(type(self))
+    out = _new(cls)
+    _set_keep(out, keep)
+    _set_a(out, a)
+    _set_b(out, b)
+    _untrack(id(keep), id(out) if _UNTRACKED[cls] else 0)
+    return out
 
 
 def _fail(rc: int, what: str = "a graph node") -> None:
@@ -67,11 +87,11 @@ def _fail(rc: int, what: str = "a graph node") -> None:
 
 def _wrap(cls: type, keep: tuple, a: Any, b: Any) -> "Value":
     """A new ``cls`` over the node keep[0], holding the operands it was made
-    from (a Value, None, or tuples of them)."""
+    from (a Value, None, or tuples of them); tracked by the collector."""
     out: Value = _new(cls)
-    out._pg_keep = keep
-    out._pg_a = a
-    out._pg_b = b
+    _set_keep(out, keep)
+    _set_a(out, a)
+    _set_b(out, b)
     return out
 
 
@@ -191,11 +211,13 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
             rc = make1(node, ka[0])
             if rc:
                 _fail(rc)
-            t = type(self)
-            out = _new(t if t is Value else _result_class(t))
-            out._pg_keep = keep
-            out._pg_a = self
-            out._pg_b = self            # both operands known: _prev needs no call
+            if type(self) is not Value:
+                return _result(self, keep, self, self)
+            out = _new(Value)
+            _set_keep(out, keep)
+            _set_a(out, self)
+            _set_b(out, self)           # both operands known: _prev needs no call
+            _untrack(id(keep), id(out))
             return out
 
         unary.__doc__ = doc
@@ -226,11 +248,13 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
             return _odd_operand(self, other, make, make_k, swapped)
         if rc:
             _fail(rc)
-        t = type(self)
-        out = _new(t if t is Value else _result_class(t))
-        out._pg_keep = keep
-        out._pg_a = self
-        out._pg_b = b
+        if type(self) is not Value:
+            return _result(self, keep, self, b)
+        out = _new(Value)
+        _set_keep(out, keep)
+        _set_a(out, self)
+        _set_b(out, b)
+        _untrack(id(keep), id(out))
         return out
 
     binary.__doc__ = doc
@@ -250,7 +274,7 @@ def _odd_operand(self: "Value", other: Any, make: Callable[..., int],
     rc = make_k(node, k, ka[0]) if swapped else make_k(node, ka[0], k)
     if rc:
         _fail(rc)
-    return _wrap(_result_class(type(self)), keep, self, None)
+    return _result(self, keep, self, None)
 
 
 def _add_op_methods(cls: type) -> None:
@@ -378,8 +402,11 @@ class Value(_ValueBase):
                 _pg_leaf(node, data)
             else:
                 _new_leaf(node, data)
-            self._pg_keep = (node,)
-            self._pg_a = self._pg_b = None
+            keep = (node,)
+            _untrack(id(keep), 0)
+            _set_keep(self, keep)
+            _set_a(self, None)
+            _set_b(self, None)
             if label:
                 self.label = label
             return
@@ -404,14 +431,24 @@ class Value(_ValueBase):
         rc = lib.pg_custom(node, x, ptrs, len(keeps), handle)
         if rc:
             _fail(rc, "a Value")
-        self._pg_keep = keep
-        self._pg_b = None
-        self._pg_a = kids
+        _set_keep(self, keep)
+        _set_b(self, None)
+        _set_a(self, kids)
         if kids:
             self.__dict__["_backward"] = None
         self._pg_op = _op
         if label:
             self.label = label
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # An attribute may refer back to this Value, or to a Value made from
+        # it: the collector must see both, and an op's result starts
+        # untracked (csrc/cffi_build.py).
+        _setattr(self, name, value)
+        if name not in _ATOMIC:
+            _track(id(self))
+            if isinstance(value, Value):
+                _track(id(value))
 
     # -- numbers ------------------------------------------------------------
 
@@ -492,7 +529,7 @@ class Value(_ValueBase):
             kids = _Children((a, b))
         else:
             kids = _Children(_kids_of(self))
-        self._pg_kids = kids
+        _set_kids(self, kids)       # children refer to no parent: no cycle
         return kids
 
     @_prev.setter
@@ -586,7 +623,7 @@ class Value(_ValueBase):
             return _not_a_number(real_or_none(k))   # an int too large: ValueError
         if rc:
             _fail(rc)
-        return _wrap(_result_class(type(self)), keep, self, self)   # one child: self
+        return _result(self, keep, self, self)   # one child: self (see _prev)
 
     def __repr__(self) -> str:
         return f"Value(data={self.data}, grad={self.grad})"
@@ -612,6 +649,16 @@ class Value(_ValueBase):
         return _leaf, (type(self), self.data, self.grad, self.label), _state(self)
 
 
+_setattr = object.__setattr__
+# Attributes that hold no reference a cycle could go through: numbers in C,
+# and strings.
+_ATOMIC = frozenset({"data", "grad", "label", "_op", "_pg_op", "_pg_label"})
+# The slots' own setters: the op path's stores, past Value.__setattr__.
+_set_keep = Value.__dict__["_pg_keep"].__set__
+_set_a = Value.__dict__["_pg_a"].__set__
+_set_b = Value.__dict__["_pg_b"].__set__
+_set_kids = Value.__dict__["_pg_kids"].__set__
+_VALUE_MRO = frozenset(Value.__mro__)
 _get_data, _set_data = lib.pg_data, lib.pg_set_data
 _get_grad, _set_grad = lib.pg_grad, lib.pg_set_grad
 
