@@ -19,7 +19,7 @@
 #ifndef PG_GLIBC_VERSIONS_H
 #define PG_GLIBC_VERSIONS_H
 /* It includes nothing: a header read before a file's own feature macros
- * (memory.c's _DEFAULT_SOURCE) would fix them too early.  glibc, not musl,
+ * (test_hooks.c's _POSIX_C_SOURCE) would fix them too early.  glibc, not musl,
  * is told apart by a header only glibc has. */
 #if defined(__linux__) && defined(__x86_64__) && defined(__has_include)
 #if __has_include(<gnu/libc-version.h>)

@@ -1,6 +1,7 @@
 /*
- * Compiled programs (replay.c, batch.c): a graph laid out flat in creation
- * order, children first, one slot per node, numbers in arrays.
+ * Compiled programs (replay.c, batch.c): a graph laid out flat (layout.c:
+ * backward()'s order, children first; batched programs by level), one slot
+ * per node, numbers in arrays.
  *
  * Row rules: one op applied across the rows of a batch (Program.map), in
  * structure-of-arrays form.  Steps: one op of a one-row program

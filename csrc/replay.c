@@ -2,10 +2,11 @@
  * Replay: the graph below a root, compiled once into a flat program, then
  * re-run in C.
  *
- * Compiling lays the graph out in topological order (children first), one
- * slot per node, with the nodes' data and grads in one compact array and
- * each interior node one step (program.h) naming its children by slot.  The sweeps then read 8-byte neighbours instead of
- * 48-byte nodes spread over segments.  The nodes stay the truth the user
+ * Compiling lays the graph out in the order backward() walks it, children
+ * first (layout.c), one slot per node, with the nodes' data and grads in
+ * one compact array and each interior node one step (program.h) naming its
+ * children by slot.  The sweeps then read 8-byte neighbours instead of
+ * 48-byte nodes spread over the arrays Python allocated them in.  The nodes stay the truth the user
  * sees: forward() writes every node's data back, backward() every node's
  * grad, so Python Values of the graph (the loss, the scores) show the
  * replayed numbers; leaves are the user's own Values.

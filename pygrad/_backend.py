@@ -10,7 +10,7 @@ A backend holds the engine's Value class and fused ops, the bulk operations
 over a list of its Values (fill, gather and scatter of data and grads, the
 optimizer steps), and the hooks that build fused layers and custom-op
 nodes.  On the C engine each bulk operation is one C call over the Values'
-handles; the reference backend's are plain Python loops over ``.data`` and
+nodes (their pointers, packed with the keeps that hold them); the reference backend's are plain Python loops over ``.data`` and
 ``.grad``, written once here, so they also serve micrograd's Values.
 """
 from __future__ import annotations

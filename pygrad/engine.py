@@ -12,7 +12,8 @@ An op's result has the class of the Value whose method ran (the left
 operand's, or the right one's when a number is on the left) when that
 class keeps Value's ``__init__``; a subclass with its own ``__init__``
 gets a plain ``Value`` (its ``__init__`` never ran for the result, so
-attributes it sets would be missing).  ``_result_class`` is the hook.
+attributes it sets would be missing).  A subclass names another class with
+the class attribute ``_pygrad_result_class`` (``_result_class`` reads it).
 """
 import functools
 import numbers

@@ -4,8 +4,9 @@ written as plainly as micrograd.
 It is the correctness oracle of the tests and the baseline of the
 benchmarks.  Each op mirrors its rule in csrc/ops.c expression for
 expression, so the two engines produce identical doubles.  Unlike micrograd,
-children are kept in creation order and the topological sort is iterative,
-so results are reproducible run to run and deep graphs do not recurse.
+children are kept in the order given and backward() walks them depth first
+with an explicit stack, in csrc/backward.c's order, so results are
+reproducible run to run and deep graphs do not recurse.
 """
 import itertools
 import math
