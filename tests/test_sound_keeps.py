@@ -229,3 +229,185 @@ def test_a_failed_sweep_leaves_another_threads_backward_in_place():
         ra.backward()
     t.join()
     assert (x.grad, s.grad) == alone
+
+
+# -- 2. another thread drops, resurrects and pickles Values meanwhile -------------------
+
+class Phoenix(Value):
+    """A Value that keeps itself as it dies (ops on it return Phoenixes)."""
+    saved: list = []
+
+    def __del__(self):
+        Phoenix.saved.append(self)
+
+
+def vandal(held, pickled):
+    """What the other thread does: drop every Value of ``held`` (the
+    graph's interior), resurrect Phoenixes (plain and from a custom op's
+    cycle), pickle and unpickle Values, collect."""
+    for v in held[::7]:
+        pickled.append((v.data, pickle.loads(pickle.dumps(v)).data))
+    held.clear()
+    p = Phoenix(4.0)
+    c = custom(p, 2.0, cls=Phoenix)
+    c.me = c
+    del p, c
+    gc.collect()
+    junk = [Value(float(i)) * 2.0 for i in range(2000)]
+    del junk
+    gc.collect()
+
+
+def phoenix_graph(hook, n=300):
+    """A graph whose leaf is a Phoenix (so every op result is one), with a
+    custom op in the middle: the root, the leaves, and the interior."""
+    x, w = Phoenix(0.5), Value(0.75)
+    held = []
+    y = x
+    for i in range(n):
+        y = (y * w + 0.125).tanh() if i % 3 else y * 1.5 - w
+        held.append(y)
+        if i == n // 2:
+            y = custom(y, 1.25, hook, cls=Phoenix)
+            held.append(y)
+    root = y * y
+    return root, x, w, held
+
+
+def interior_numbers(vs):
+    return sorted((v.data, v.grad) for v in vs)
+
+
+@pytest.mark.parametrize("wait", [True, False], ids=["at a chosen point", "overlapping"])
+def test_drop_resurrect_and_pickle_during_backward(wait):
+    """The other thread starts from inside the custom op's _backward (the
+    sweep stopped half way); it drops the interior Values (Phoenixes that
+    resurrect), resurrects more, pickles: the grads, and every resurrected
+    interior Value's numbers, are those of the sweep run alone."""
+    root0, x0, w0, held0 = phoenix_graph(None)
+    root0.backward()
+    alone = (root0.data, x0.grad, w0.grad)
+    alone_graph = interior_numbers(reachable(root0))
+    del root0, x0, w0, held0
+    gc.collect()
+    Phoenix.saved.clear()
+
+    start, done = threading.Event(), threading.Event()
+
+    def hook():
+        start.set()
+        if wait:
+            done.wait()
+
+    root, x, w, held = phoenix_graph(hook)
+    pickled = []
+
+    def other():
+        start.wait()
+        vandal(held, pickled)
+        done.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    root.backward()
+    t.join()
+    assert (root.data, x.grad, w.grad) == alone
+    assert pickled and all(a == b for a, b in pickled)
+    rid = id(root)
+    del root
+    gc.collect()
+    # the root came back (and holds the graph): every number in it is the
+    # run alone's
+    (back,) = [v for v in Phoenix.saved if id(v) == rid]
+    assert interior_numbers(reachable(back)) == alone_graph
+    Phoenix.saved.clear()
+
+
+def reachable(root):
+    """Every Value below root, through _prev (each once)."""
+    seen, stack, out = set(), [root], []
+    while stack:
+        v = stack.pop()
+        if id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
+            stack.extend(v._prev)
+    return out
+
+
+def fused_setup(seed):
+    rng = np.random.default_rng(seed)
+    model = nn.MLP(2, [6, 6, 1], fused=True)
+    model.set_data(rng.uniform(-1, 1, len(model.parameters())))
+    x = [Value(0.25), Value(-0.5)]
+    t = Value(1.0)
+    out = model(x)
+    loss = (out - t) ** 2
+    rows = rng.uniform(-1, 1, (64, 2))
+    return model, x, out, loss, rows
+
+
+def test_drop_resurrect_and_pickle_during_replay():
+    """compile()'s forward()/backward() run without the GIL while another
+    thread (started at a barrier) drops the Python Values of the graph,
+    resurrects Phoenixes and pickles the parameters: every loss and grad
+    is the run alone's."""
+    def run(other):
+        model, x, out, loss, _ = fused_setup(1)
+        prog = pygrad.compile(loss)
+        params = model.parameters()
+        held = [out, loss] + list(out._prev)
+        del out, loss
+        results = []
+        barrier = threading.Barrier(2) if other else None
+        pickled = []
+        if other:
+            t = threading.Thread(target=lambda: (barrier.wait(), vandal(held, pickled)))
+            t.start()
+            barrier.wait()
+        for k in range(20):
+            x[0].data = k / 20.0
+            results.append(prog.forward())
+            for p in params:
+                p.grad = 0.0
+            prog.backward()
+            results.append(tuple(p.grad for p in params))
+        if other:
+            t.join()
+            assert all(a == b for a, b in pickled)
+        return results
+
+    assert run(True) == run(False)
+    Phoenix.saved.clear()
+
+
+def test_drop_resurrect_and_pickle_during_train_step():
+    """An lr schedule (run by train_step before its C call: a chosen point)
+    starts the other thread, which drops the graph's Values, resurrects and
+    pickles while the step runs: every loss and parameter is the run
+    alone's, bit for bit."""
+    def run(other):
+        model, x, out, loss, rows = fused_setup(2)
+        prog = pygrad.compile(loss, inputs=x)
+        held = [out, loss, *x] + list(out._prev)
+        del out, loss
+        pickled = []
+        threads = []
+
+        def schedule(step):
+            if other and step == 2:
+                threads.append(threading.Thread(target=vandal, args=(held, pickled)))
+                threads[-1].start()
+            return 0.05
+
+        opt = optim.Adam(model.parameters(), lr=schedule)
+        w = np.full(len(rows), 1.0 / len(rows))
+        losses = [prog.train_step(rows, w, opt).tolist() for _ in range(6)]
+        for t in threads:
+            t.join()
+        assert len(threads) == (1 if other else 0)
+        assert all(a == b for a, b in pickled)
+        return losses, model.get_data().tolist()
+
+    assert run(True) == run(False)
+    Phoenix.saved.clear()
