@@ -16,6 +16,7 @@ children) lies in node memory Python still holds (tests/internals.py's
 record of node arrays): it raises ``DeadNode`` instead of calling C.
 """
 import contextlib
+import os
 import gc
 import pickle
 import threading
@@ -732,3 +733,187 @@ def test_a_heap_walk_while_the_collector_clears_a_cycle_of_custom_ops():
     alone = run_python(HEAP_WALK.replace("MODE_ROUNDS", "0").replace(
         "assert len(walked) == 0", "pass"), timeout=300).split()
     assert out == alone and float(out[0]) != 0.0
+
+
+# -- 5. fork() while one thread builds and another runs backward() -----------------------
+
+FORK = """
+    import os, threading
+    from pygrad import Value
+
+    def scale(a, k, hook):
+        out = Value(a.data * k, (a,), "scale")
+        def _backward():
+            g = out.grad
+            hook()
+            a.grad += k * g
+        out._backward = _backward
+        return out
+
+    def graph(hook):
+        x, w = Value(0.5), Value(0.9)
+        y = x
+        for i in range(400):
+            y = (y * w + 0.01).tanh()
+            if i == 200:
+                y = scale(y, 1.5, hook)
+        return x, w, y
+
+    def numbers(hook=lambda: None):
+        x, w, y = graph(hook)
+        y.backward()
+        return (x.grad, w.grad, y.data)
+
+    ALONE = numbers()
+    stop = threading.Event()
+    child = [False]
+    forks = []
+
+    def builder():
+        while not stop.is_set():
+            a = Value(2.0)
+            for i in range(300):
+                b = a * 1.0 + 1.0
+            del a, b
+
+    def fork_here():
+        # a chosen point: the sweep of this thread has stopped in a custom op
+        pid = os.fork()
+        if pid == 0:
+            child[0] = True          # this thread is the child's only one: it goes on
+        else:
+            forks.append(pid)
+
+    def sweeper():
+        for k in range(3):
+            got = numbers(fork_here)
+            if child[0]:
+                # the child finishes the sweep it was forked in, then works alone
+                ok = got == ALONE and numbers() == ALONE
+                os._exit(0 if ok else 3)
+            assert got == ALONE
+
+    b = threading.Thread(target=builder); b.start()
+    s = threading.Thread(target=sweeper); s.start()
+    s.join()
+    # and forks from the main thread while the builder runs
+    for k in range(3):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if numbers() == ALONE else 3)
+        forks.append(pid)
+    stop.set(); b.join()
+    codes = [os.waitpid(p, 0)[1] for p in forks]
+    print(codes.count(0), len(codes))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_fork_mid_sweep_while_another_thread_builds():
+    """fork() from inside a custom op's _backward (the forking thread's
+    sweep stopped half way) and from the main thread, while a third
+    thread builds: each child finishes its sweep and computes alone the
+    same numbers as the parent."""
+    assert run_python(FORK, timeout=300).split() == ["6", "6"]
+
+
+# -- 6. resurrection ---------------------------------------------------------------------
+
+def test_resurrected_values_of_a_whole_graph_and_a_custom_op_cycle_compute_right():
+    """Every Value of a dropped graph is a Phoenix (its leaf is one): all
+    come back, the root's graph (through _prev) is whole, and a new graph
+    over the resurrected root backpropagates the numbers of pygrad's
+    reference engine; the same for a custom op in a cycle."""
+    def build(V, leaf):
+        x, w = leaf(0.5), V(-1.25)
+        y = x
+        for i in range(30):
+            y = (y * w).tanh() + x if i % 2 else y * 0.5 - w
+        out = leaf(y.data * 3.0, (y,), "triple")
+
+        def _backward():
+            y.grad += 3.0 * out.grad
+        out._backward = _backward
+        out.me = out                                 # a cycle
+        return x, w, out
+
+    rx, rw, rout = build(RefValue, RefValue)
+    rz = (rout * rout + rw) * 0.5
+    rz.backward()
+
+    Phoenix.saved.clear()
+    x, w, out = build(Value, Phoenix)
+    oid, n = id(out), len(reachable(out))
+    del out
+    gc.collect()
+    (back,) = [v for v in Phoenix.saved if id(v) == oid]
+    assert len(reachable(back)) == n
+    saved = {id(v) for v in Phoenix.saved}
+    phoenixes = [v for v in reachable(back) if type(v) is Phoenix and v is not x]
+    assert len(phoenixes) > 30 and all(id(v) in saved for v in phoenixes)
+    z = (back * back + w) * 0.5
+    z.backward()
+    assert (z.data, back.data, x.grad, w.grad, back.grad) == \
+        (rz.data, rout.data, rx.grad, rw.grad, rout.grad)
+    Phoenix.saved.clear()
+
+
+# -- 7. gc.freeze(); _prev after the Values were dropped ----------------------------------
+
+def test_gc_freeze_then_graphs_built_and_dropped_with_cycles():
+    gc.collect()
+    before = internals.live_nodes()
+    gc.freeze()
+    try:
+        for k in range(3):
+            x = Value(float(k))
+            y = custom(x * 2.0, 1.5)
+            y.me = y                                 # a cycle the collector must find
+            z = y.tanh()
+            z.backward()
+            rx = RefValue(float(k))
+            rz = custom(rx * 2.0, 1.5, cls=RefValue).tanh()
+            rz.backward()
+            assert (x.grad, z.data) == (rx.grad, rz.data)
+            del x, y, z
+        gc.collect()
+        assert internals.live_nodes() == before
+    finally:
+        gc.unfreeze()
+
+
+def test_prev_walked_twice_after_the_values_were_dropped():
+    """A fused model's outputs share hidden nodes, which _prev makes Values
+    for on first read: after the model and its inputs are dropped, one walk
+    meets each node as one Value, and a second walk meets the same ones."""
+    outs, model = _model_output()
+    del model
+    gc.collect()
+
+    def walk():
+        seen = {}
+        for v in reachable_all(outs):
+            node = internals.node_of(v)
+            assert seen.setdefault(node, v) is v     # one Value per node
+        return seen
+
+    first = walk()
+    gc.collect()
+    second = walk()
+    assert first.keys() == second.keys()
+    assert all(first[k] is second[k] for k in first)
+    assert len(first) == 2 + 3 + 17 + 2              # outputs, hidden, parameters, inputs
+    want = sorted(v.data for v in first.values())
+    outs2, model2 = _model_output()
+    assert sorted(internals.node_of(v) for v in first.values()) == sorted(first)
+    assert want == sorted(v.data for v in reachable_all(outs2))
+
+
+def reachable_all(roots):
+    seen, out = set(), []
+    for r in roots:
+        for v in reachable(r):
+            if id(v) not in seen:
+                seen.add(id(v))
+                out.append(v)
+    return out
