@@ -18,14 +18,28 @@
 #include "lock.h"
 #include "node.h"
 
+/* The sweep lock.  A sweep that hands closures to Python holds it from its
+ * walk to its end, across the closures (two threads' sweeps over shared
+ * nodes must not interleave, nor one's restore undo the other's work), so
+ * it is re-entrant for the thread that holds it: a closure may run a
+ * backward() of its own. */
 static pg_mutex sweep_lock = PG_MUTEX_INIT;
+static _Thread_local unsigned sweep_depth;   /* this thread's holds */
+
+static void sweep_acquire(void) {
+    if (sweep_depth++ == 0) pg_mutex_lock(&sweep_lock);
+}
+
+static void sweep_release(void) {
+    if (--sweep_depth == 0) pg_mutex_unlock(&sweep_lock);
+}
 
 #ifndef _WIN32
 /* fork() copies the lock in whatever state another thread left it: take it
  * (and a test build's hook lock) around fork, so the child starts with both
- * free. */
-static void fork_prepare(void) { pg_mutex_lock(&sweep_lock); pg_test_hooks_lock(); }
-static void fork_parent(void) { pg_test_hooks_unlock(); pg_mutex_unlock(&sweep_lock); }
+ * as the forking thread holds them (a closure may fork mid-sweep). */
+static void fork_prepare(void) { sweep_acquire(); pg_test_hooks_lock(); }
+static void fork_parent(void) { pg_test_hooks_unlock(); sweep_release(); }
 __attribute__((constructor)) static void register_fork_hooks(void) {
     pthread_atfork(fork_prepare, fork_parent, fork_parent);
 }
@@ -136,10 +150,10 @@ int pg_record_order(pg_node *const *roots, uint32_t nroots, pg_node ***order, si
         if (roots[j] == NULL) return PG_E_ARG;
     nodes post = {NULL, 0, 0};
     uint32_t flags;
-    pg_mutex_lock(&sweep_lock);
+    sweep_acquire();
     int rc = walk(roots, nroots, &post, &flags);
     if (rc == 0) unmark(&post);
-    pg_mutex_unlock(&sweep_lock);
+    sweep_release();
     if (rc < 0) {
         free(post.p);
         return rc;
@@ -178,33 +192,36 @@ static int save(pg_sweep *s) {
     return 1;
 }
 
+/* Put the saved grads back unless the sweep was kept, and let the sweep
+ * lock go (every sweep ends here: Python calls it last). */
 void pg_sweep_restore(pg_sweep *s) {
-    if (s == NULL || s->done || s->saved == NULL) return;
-    pg_mutex_lock(&sweep_lock);
-    for (size_t i = 0; i < s->n; i++) {
-        pg_node *n = s->order[i];
-        n->grad = s->saved[2 * i];
-        memcpy(&n->aux, &s->saved[2 * i + 1], sizeof(double));
+    if (s == NULL) return;
+    if (!s->done && s->saved != NULL) {
+        for (size_t i = 0; i < s->n; i++) {
+            pg_node *n = s->order[i];
+            n->grad = s->saved[2 * i];
+            memcpy(&n->aux, &s->saved[2 * i + 1], sizeof(double));
+        }
+        s->done = 1;
     }
-    s->done = 1;
-    pg_mutex_unlock(&sweep_lock);
+    if (s->locked) {
+        s->locked = 0;
+        sweep_release();
+    }
 }
 
-/* Apply the recorded order; stop at a Python node and return 1. */
+/* Apply the recorded order (the sweep lock held); stop at a Python node
+ * and return 1. */
 static int32_t run(pg_sweep *s) {
-    pg_mutex_lock(&sweep_lock);
-    int32_t rc = 0;
     while (s->pos < s->n) {
         pg_node *n = s->order[s->pos++];
         if (n->flags & PG_F_PY_BACKWARD) {
             s->py = n;
-            rc = 1;
-            break;
+            return 1;
         }
         pg_rules[n->op].backward(n);
     }
-    pg_mutex_unlock(&sweep_lock);
-    return rc;
+    return 0;
 }
 
 /* The recorded sweep ran to its end and Python has seen it return: its
@@ -217,7 +234,7 @@ void pg_sweep_keep(pg_sweep *s) {
 int32_t pg_backward(pg_node *root, pg_sweep *s) {
     if (root == NULL) return PG_E_ARG;
     uint32_t flags = 0;
-    pg_mutex_lock(&sweep_lock);
+    sweep_acquire();
     nodes post = scratch_post;
     post.n = 0;
     int32_t rc = walk(&root, 1, &post, &flags);
@@ -246,10 +263,13 @@ int32_t pg_backward(pg_node *root, pg_sweep *s) {
         post = (nodes){NULL, 0, 0};
     }
     scratch_post = post;
-    pg_mutex_unlock(&sweep_lock);
-    if (rc < 0 || !py) return rc;
-    if (s == NULL) return PG_E_SWEEP;
+    if (rc < 0 || !py || s == NULL) {
+        sweep_release();
+        return rc < 0 || !py ? rc : PG_E_SWEEP;
+    }
+    /* The sweep keeps the lock until pg_sweep_restore. */
     pg_sweep_clear(s);
+    s->locked = 1;
     s->order = order;
     s->n = n;
     s->pos = 0;
@@ -260,6 +280,7 @@ int32_t pg_backward(pg_node *root, pg_sweep *s) {
 }
 
 int32_t pg_backward_resume(pg_sweep *s) {
+    if (s == NULL || !s->locked) return PG_E_ARG;
     return run(s);
 }
 

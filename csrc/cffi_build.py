@@ -61,19 +61,27 @@ def entry_points() -> "list[str]":
     return lines
 
 
-# The cyclic collector and the objects an op makes (pygrad/_lifetime.py):
-# its keep, a tuple whose items are all untracked, can be in no cycle;
-# CPython itself untracks such tuples, but only during a collection and
-# only once their items are (a parent keep is often met before its
-# child's, so a chain of keeps would stay tracked).  An op's Value refers
-# to its keep and its operands, which are older: it can be in a cycle only
-# through an attribute set on it later, and Value.__setattr__ then tracks
-# it again.  Untracked, neither costs the collector anything.  These two
-# are the only functions of the module that touch Python objects (by id(),
-# with the GIL); Python passes them only a keep and a Value.
-GC_CDEF = "void pg_untrack(uintptr_t keep, uintptr_t value);\nvoid pg_track(uintptr_t value);\n"
+# The cyclic collector and the objects an op makes (pygrad/_lifetime.py).
+# A keep, a tuple whose items are all untracked, can be in no cycle; CPython
+# untracks such tuples itself, but only during a collection and only once
+# their items are (a parent keep is often met before its child's, so a
+# chain of keeps would stay tracked).  A Value refers to its keep and its
+# operands, which are older: it can be in a cycle only through an attribute
+# set on it later, and Value.__setattr__ then tracks it again.  So a new
+# leaf's Value, and an op's Value whose operands are untracked, leave the
+# collector: none of their references can hide a cycle from it (an op over
+# a tracked operand, such as a custom op, stays tracked, or the collector
+# would take a cycle below it for one held from outside).  These are the
+# only functions of the module that touch Python objects (by id(), with
+# the GIL); Python passes them only keeps and Values.
+GC_CDEF = ("void pg_untrack(uintptr_t keep, uintptr_t value, uintptr_t a, uintptr_t b);\n"
+           "void pg_track(uintptr_t value);\n")
 GC_SOURCE = """
-static void pg_untrack(uintptr_t keep, uintptr_t value) {
+static int pg_tracked(uintptr_t object) {
+    return object != 0 && PyObject_GC_IsTracked((PyObject *)object);
+}
+
+static void pg_untrack(uintptr_t keep, uintptr_t value, uintptr_t a, uintptr_t b) {
     PyObject *t = (PyObject *)keep;
     if (PyTuple_CheckExact(t) && PyObject_GC_IsTracked(t)) {
         Py_ssize_t n = PyTuple_Size(t), i;
@@ -82,9 +90,10 @@ static void pg_untrack(uintptr_t keep, uintptr_t value) {
             if (PyType_IS_GC(Py_TYPE(x)) && (!PyTuple_CheckExact(x) || PyObject_GC_IsTracked(x)))
                 break;
         }
-        if (i == n) PyObject_GC_UnTrack(t);
+        if (i < n) return;          /* a tracked keep: its Value stays tracked too */
+        PyObject_GC_UnTrack(t);
     }
-    if (value != 0 && PyObject_GC_IsTracked((PyObject *)value))
+    if (pg_tracked(value) && !pg_tracked(a) && !pg_tracked(b))
         PyObject_GC_UnTrack((PyObject *)value);
 }
 

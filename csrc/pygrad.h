@@ -179,8 +179,10 @@ void pg_set_py_backward(pg_node *n);
  * the order and every grad it will touch are saved in the sweep, and the
  * rules run until a node whose backward is Python's; it returns 1 with
  * that node in sweep->py, and pg_backward_resume goes on from it.
- * pg_sweep_restore puts the saved grads back unless pg_sweep_keep was
- * called (once the sweep has run to its end).  The sweep is Python's,
+ * Such a sweep holds the sweep lock (re-entrant for its thread) until
+ * pg_sweep_restore, which the caller calls last, whatever happened: it
+ * puts the saved grads back unless pg_sweep_keep was called (once the
+ * sweep has run to its end), and lets the lock go.  The sweep is Python's,
  * zeroed, and released by pg_sweep_clear (ffi.gc).  The caller holds the
  * root (and so every node below it) until the sweep is cleared. */
 typedef struct pg_sweep {
@@ -188,6 +190,7 @@ typedef struct pg_sweep {
     double *saved;         /* each node's grad and aux, before */
     size_t n, pos;
     int done;
+    int locked;            /* it holds the sweep lock */
     pg_node *py;           /* the node whose Python backward is due */
 } pg_sweep;
 int32_t pg_backward(pg_node *root, pg_sweep *sweep);

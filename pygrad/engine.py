@@ -64,10 +64,21 @@ def _result_class(cls: type) -> type:
         if not (isinstance(found, type) and issubclass(found, Value)):
             found = cls if cls.__init__ is Value.__init__ else Value
         _RESULT_CLASS[cls] = found
-        # The collector may leave an op's result alone when nothing but
-        # Value.__setattr__ can give it a reference: no slots of its own.
-        _UNTRACKED[found] = found.__setattr__ is Value.__setattr__ and all(
-            not c.__dict__.get("__slots__") for c in found.__mro__ if c not in _VALUE_MRO)
+        _untrackable(found)
+    return found
+
+
+def _untrackable(cls: type) -> bool:
+    """Whether a ``cls`` Value may leave the collector (csrc/cffi_build.py):
+    when nothing but Value.__setattr__ can give it a reference, that is,
+    its class adds no slots and keeps Value's ``__setattr__``; and when it
+    has no finalizer (the collector runs ``__del__`` of what it finds dead
+    in a cycle's garbage, and so should it for such a Value)."""
+    found = _UNTRACKED.get(cls)
+    if found is None:
+        found = _UNTRACKED[cls] = (
+            cls.__setattr__ is Value.__setattr__ and not hasattr(cls, "__del__")
+            and all(not c.__dict__.get("__slots__") for c in cls.__mro__ if c not in _VALUE_MRO))
     return found
 
 
@@ -78,7 +89,7 @@ def _result(self: "Value", keep: tuple, a: Any, b: Any) -> "Value":
     _set_keep(out, keep)
     _set_a(out, a)
     _set_b(out, b)
-    _untrack(id(keep), id(out) if _UNTRACKED[cls] else 0)
+    _untrack(id(keep), id(out) if _UNTRACKED[cls] else 0, id(a), 0 if b is None else id(b))
     return out
 
 
@@ -218,7 +229,7 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
             _set_keep(out, keep)
             _set_a(out, self)
             _set_b(out, self)           # both operands known: _prev needs no call
-            _untrack(id(keep), id(out))
+            _untrack(id(keep), id(out), id(self), 0)
             return out
 
         unary.__doc__ = doc
@@ -255,7 +266,7 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
         _set_keep(out, keep)
         _set_a(out, self)
         _set_b(out, b)
-        _untrack(id(keep), id(out))
+        _untrack(id(keep), id(out), id(self), 0 if b is None else id(b))
         return out
 
     binary.__doc__ = doc
@@ -404,10 +415,11 @@ class Value(_ValueBase):
             else:
                 _new_leaf(node, data)
             keep = (node,)
-            _untrack(id(keep), 0)
             _set_keep(self, keep)
             _set_a(self, None)
             _set_b(self, None)
+            t = type(self)
+            _untrack(id(keep), id(self) if t is Value or _untrackable(t) else 0, 0, 0)
             if label:
                 self.label = label
             return
@@ -453,37 +465,43 @@ class Value(_ValueBase):
 
     # -- numbers ------------------------------------------------------------
 
+    # Each reads its keep into a local before it reads the node: the keep
+    # holds the node's memory for the call, whatever another thread or a
+    # number's __float__ does to the attribute meanwhile.
+
     @property
     def data(self) -> float:
         """The forward value."""
-        return _get_data(self._pg_keep[0])
+        keep = self._pg_keep
+        return _get_data(keep[0])
 
     @data.setter
     def data(self, v: Any) -> None:
         t = type(v)
+        if t is not float and t is not int:
+            v = value_data(v, Value, "Value.data")      # may run the number's code
+        keep = self._pg_keep
         try:
-            if t is float or t is int:
-                _set_data(self._pg_keep[0], v)   # cffi makes an int a double as float(int) does
-                return
+            _set_data(keep[0], v)       # cffi makes an int a double as float(int) does
         except OverflowError:
-            pass
-        _set_data(self._pg_keep[0], value_data(v, Value, "Value.data"))
+            _set_data(keep[0], value_data(v, Value, "Value.data"))
 
     @property
     def grad(self) -> float:
         """d(root)/d(self), accumulated by ``backward()``."""
-        return _get_grad(self._pg_keep[0])
+        keep = self._pg_keep
+        return _get_grad(keep[0])
 
     @grad.setter
     def grad(self, v: Any) -> None:
         t = type(v)
+        if t is not float and t is not int:
+            v = value_data(v, Value, "Value.grad")
+        keep = self._pg_keep
         try:
-            if t is float or t is int:
-                _set_grad(self._pg_keep[0], v)
-                return
+            _set_grad(keep[0], v)
         except OverflowError:
-            pass
-        _set_grad(self._pg_keep[0], value_data(v, Value, "Value.grad"))
+            _set_grad(keep[0], value_data(v, Value, "Value.grad"))
 
     # -- graph --------------------------------------------------------------
 
@@ -495,11 +513,11 @@ class Value(_ValueBase):
             return self._pg_op
         except AttributeError:
             pass
-        node = self._pg_keep[0]
-        op = _describe(node) & _D_OP
+        keep = self._pg_keep
+        op = _describe(keep[0]) & _D_OP
         name = _OP_NAMES[op]
         if name is None:
-            name = "" if op == _CUSTOM else _op_name(node, op)
+            name = "" if op == _CUSTOM else _op_name(keep[0], op)
         self._pg_op = name
         return name
 
@@ -523,10 +541,11 @@ class Value(_ValueBase):
             pass
         # The common case first: an op's Value holds both its operands (a
         # unary op's twice), which are its node's children.
+        keep = self._pg_keep
         a = getattr(self, "_pg_a", None)
         b = getattr(self, "_pg_b", None)
         if isinstance(a, Value) and isinstance(b, Value) and \
-                {_node_of(a), _node_of(b)} == _child_nodes(self._pg_keep[0]):
+                {_node_of(a), _node_of(b)} == _child_nodes(keep[0]):
             kids = _Children((a, b))
         else:
             kids = _Children(_kids_of(self))
@@ -556,12 +575,12 @@ class Value(_ValueBase):
     @property
     def _backward(self) -> Callable[[], None]:
         """Push this node's grad into its children's grads (only them)."""
-        node = self._pg_keep[0]
-        if _describe(node) & _D_PY_BACKWARD:   # first: most Values have no instance dict
+        keep = self._pg_keep
+        if _describe(keep[0]) & _D_PY_BACKWARD:   # first: most Values have no instance dict
             fn = self.__dict__.get("_backward")
             if fn is not None:
                 return fn                       # None: micrograd's `lambda: None`
-        return functools.partial(_node_backward, node)
+        return functools.partial(_run_rule, keep)   # it holds what the rule touches
 
     @_backward.setter
     def _backward(self, fn: Callable[[], None]) -> None:
@@ -571,14 +590,14 @@ class Value(_ValueBase):
         if "_backward" in own:       # made by Value(data, children, op): flagged in C
             own["_backward"] = fn
             return
-        node = self._pg_keep[0]
-        if _is_noop(fn) and lib.pg_nkids(node) == 0:
+        keep = self._pg_keep
+        if _is_noop(fn) and lib.pg_nkids(keep[0]) == 0:
             # micrograd's own default (`lambda: None`) set on a leaf, as code
             # written for micrograd does to its parameters: it changes nothing,
             # so the leaf stays a plain C leaf (fast, and compile() takes it).
             return
         own["_backward"] = fn
-        lib.pg_set_py_backward(node)
+        lib.pg_set_py_backward(keep[0])
 
     def backward(self) -> None:
         """Backpropagate from this node: its grad is set to 1, every node
@@ -682,6 +701,12 @@ class _Children(set):
     add = discard = remove = pop = clear = update = _fixed
     difference_update = intersection_update = symmetric_difference_update = _fixed
     __ior__ = __iand__ = __isub__ = __ixor__ = _fixed  # type: ignore[assignment]
+
+
+def _run_rule(keep: tuple) -> None:
+    """A C node's gradient rule, as its ``_backward`` (micrograd code may
+    call it in a topological loop of its own)."""
+    _node_backward(keep[0])
 
 
 def _child_nodes(node: Any) -> "set[Any]":

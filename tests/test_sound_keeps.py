@@ -167,8 +167,6 @@ def _custom_shared():
     return build
 
 
-@pytest.mark.xfail(strict=True, reason="a recorded sweep (custom op below the root) lets another "
-                   "thread's backward() over the same nodes run between two of its steps")
 def test_a_sweep_with_a_custom_op_and_another_over_shared_nodes_equal_one_serial_order():
     """Thread A's sweep stops in its custom op's _backward (a chosen point)
     until thread B's backward() over the shared nodes has returned: the
@@ -202,8 +200,6 @@ def test_a_sweep_with_a_custom_op_and_another_over_shared_nodes_equal_one_serial
     assert (x.grad, s.grad) in orders
 
 
-@pytest.mark.xfail(strict=True, reason="a failed recorded sweep puts back grads it saved before "
-                   "another thread's backward() over the same nodes ran, erasing that call")
 def test_a_failed_sweep_leaves_another_threads_backward_in_place():
     """A's custom op raises after B's backward() over the shared nodes
     returned (a chosen point): A's grads go back, B's stay, as B alone."""
@@ -617,10 +613,6 @@ def test_writing_internal_attributes_from_another_thread_mid_sweep():
 
 # -- the two holes guarded() finds --------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, raises=DeadNode,
-                   reason="Value._backward returns functools.partial(pg_node_backward, node): "
-                   "it holds the node's memory (or, for a node inside another's memory, only "
-                   "a pointer) but not its keep, so its children can be freed under it")
 @pytest.mark.parametrize("kind", ["op", "a number's leaf (from _prev)", "fused model output"])
 def test_a_kept_backward_method_holds_what_it_touches(kind):
     """micrograd's own loop calls v._backward() for each node of a graph;
@@ -649,10 +641,6 @@ class DropsTheKeep(float):
         return 5.0
 
 
-@pytest.mark.xfail(strict=True, raises=DeadNode,
-                   reason="the data/grad setters read self._pg_keep[0] before float(value) runs "
-                   "user code, which may drop the keep: a node inside another's memory (a "
-                   "number's leaf, a fused output, data.to_values) is then written freed")
 @pytest.mark.parametrize("field", ["data", "grad"])
 @pytest.mark.parametrize("kind", ["a number's leaf (from _prev)", "fused model output",
                                   "data.to_values"])
