@@ -48,6 +48,7 @@ class pg_sweep:
     n: int
     pos: int
     done: int
+    locked: int
     py: _CData
 
 
@@ -262,6 +263,8 @@ class _Lib:
     def pg_powk_float(self, out: _CData, a: _CData, k: float, /) -> int: ...
     def pg_powk_int(self, out: _CData, a: _CData, k: float, /) -> int: ...
     def pg_build_stamp(self) -> _CData: ...
+    def pg_untrack(self, keep: int, value: int, a: int, b: int, /) -> None: ...
+    def pg_track(self, value: int, /) -> None: ...
 
 
 ffi: _CoreFFI

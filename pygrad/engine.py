@@ -62,7 +62,8 @@ def _result_class(cls: type) -> type:
     if found is None:
         found = getattr(cls, "_pygrad_result_class", None)
         if not (isinstance(found, type) and issubclass(found, Value)):
-            found = cls if cls.__init__ is Value.__init__ else Value
+            found = cls if cls.__dict__.get("__init__", Value.__init__) is Value.__init__ \
+                and getattr(cls, "__init__") is Value.__init__ else Value
         _RESULT_CLASS[cls] = found
         _untrackable(found)
     return found
@@ -85,7 +86,7 @@ def _untrackable(cls: type) -> bool:
 def _result(self: "Value", keep: tuple, a: Any, b: Any) -> "Value":
     """The Value of an op on ``self`` (a subclass's instance), over keep."""
     cls = _result_class(type(self))
-    out = _new(cls)
+    out: Value = _new(cls)
     _set_keep(out, keep)
     _set_a(out, a)
     _set_b(out, b)
@@ -243,7 +244,7 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
         t = type(other)
         if t is float or t is int:
             node = _alloc(NODE_PAIR)
-            keep = (node, ka)
+            keep: tuple = (node, ka)
             try:
                 # cffi turns an int into a double as float(int) does
                 rc = make_k(node, other, ka[0]) if swapped else make_k(node, ka[0], other)
@@ -414,7 +415,7 @@ class Value(_ValueBase):
                 _pg_leaf(node, data)
             else:
                 _new_leaf(node, data)
-            keep = (node,)
+            keep: tuple = (node,)
             _set_keep(self, keep)
             _set_a(self, None)
             _set_b(self, None)
@@ -744,11 +745,11 @@ def _record_backward(root: Value, keep: tuple) -> int:
     order and saves the grads, then runs the rules, handing each closure to
     Python; whatever stops it, the saved grads are put back.  ``keep``
     holds every node the sweep walks."""
-    sweep = ffi.gc(ffi.new("pg_sweep *"), lib.pg_sweep_clear)
+    sweep: Any = ffi.gc(ffi.new("pg_sweep *"), lib.pg_sweep_clear)
     try:
         rc = lib.pg_backward(keep[0], sweep)
         while rc > 0:
-            node = sweep.py
+            node = sweep.py         # Any: the stub's cdata has no fields
             handle = lib.pg_py_handle(node)
             v = ffi.from_handle(handle) if handle != _NULL else find_below(root, node)
             if not isinstance(v, Value):
