@@ -4,7 +4,7 @@ difference under about 2% can come from layout alone (dict probe lengths,
 addresses): the same loop run directly measured +2.3% here and -0.2% there.
 
     python benchmarks/bench_instructions.py                    # this tree
-    python benchmarks/bench_instructions.py --baseline DIR     # and a worktree built in place
+    python benchmarks/bench_instructions.py --baseline NAME=DIR  # and worktrees built in place
     python benchmarks/bench_instructions.py --micrograd        # and micrograd 0.1.0
     python benchmarks/bench_instructions.py --only chain custom
 
@@ -33,10 +33,47 @@ CUSTOM_TANH = (
     "    out._backward = _backward\n"
     "    return out")
 
+# micrograd's moons step on its own nn code (Neuron, Layer, MLP written
+# against V), 2-16-16-1, 100 samples, hinge loss + 1e-4 L2, eager: issue 44's
+# fifth row, the same step as benchmarks/bench_versus.py's.
+MOONS_SETUP = (
+    "import random\n"
+    "random.seed(0)\n"
+    "class Neuron:\n"
+    "    def __init__(self, nin, nonlin=True):\n"
+    "        self.w = [V(random.uniform(-1, 1)) for _ in range(nin)]\n"
+    "        self.b = V(0)\n"
+    "        self.nonlin = nonlin\n"
+    "    def __call__(self, x):\n"
+    "        act = sum((wi * xi for wi, xi in zip(self.w, x)), self.b)\n"
+    "        return act.relu() if self.nonlin else act\n"
+    "layers = [[Neuron(a, nonlin=i != 2) for _ in range(b)]\n"
+    "          for i, (a, b) in enumerate([(2, 16), (16, 16), (16, 1)])]\n"
+    "params = [p for l in layers for n in l for p in n.w + [n.b]]\n"
+    "X = [[random.uniform(-1, 2), random.uniform(-1, 1)] for _ in range(100)]\n"
+    "Y = [1 if x[0] > 0.5 else -1 for x in X]\n"
+    "def forward(x):\n"
+    "    v = list(map(V, x))\n"
+    "    for l in layers:\n"
+    "        v = [n(v) for n in l]\n"
+    "    return v[0]")
+MOONS_STEP = (
+    "scores = [forward(x) for x in X]\n"
+    "losses = [(1 + -yi * s).relu() for yi, s in zip(Y, scores)]\n"
+    "loss = sum(losses) * (1.0 / len(losses)) + 1e-4 * sum(p * p for p in params)\n"
+    "for p in params:\n"
+    "    p.grad = 0.0\n"
+    "loss.backward()\n"
+    "for p in params:\n"
+    "    p.data -= 0.05 * p.grad\n"
+    "del scores, losses, loss")
+
 # name -> (unit, units per round, setup, one round); the code sees V (the
 # Value class), nn (the engine's), R (the rounds of the measured run, for a
 # setup that must not depend on whether it runs) and N (rounds to run: R or 0).
 PATHS: Dict[str, Tuple[str, int, str, str]] = {
+    "dropped": ("op", 1, "a, b = V(1.5), V(2.0)", "a * b"),
+    "moons step": ("step", 1, MOONS_SETUP, MOONS_STEP),
     "chain": ("op", 3, "w, c, y = V(0.999), V(0.001), V(1.0)",
               "y = (y * w + c).relu()"),
     "leaf": ("kept Value(x)", 1, "kept = []", "kept.append(V(1.5))"),
@@ -121,7 +158,8 @@ def per_unit(path: str, engine: str, root: str, rounds: int) -> float:
 
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--baseline", help="another tree, built in place, to compare with")
+    parser.add_argument("--baseline", action="append", default=[], metavar="[NAME=]DIR",
+                        help="another tree, built in place, to compare with (repeatable)")
     parser.add_argument("--micrograd", action="store_true", help="also micrograd 0.1.0")
     parser.add_argument("--only", nargs="*", choices=sorted(PATHS), help="these paths only")
     parser.add_argument("--rounds", type=int, default=0, help="rounds per path (default: its own)")
@@ -130,21 +168,22 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit("bench_instructions.py needs valgrind (apt install valgrind)")
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     columns = [("this tree", "pygrad", here)]
-    if args.baseline:
-        columns.append(("baseline", "pygrad", os.path.abspath(args.baseline)))
+    for spec in args.baseline:
+        name, _, path = spec.rpartition("=")
+        columns.append((name or "baseline", "pygrad", os.path.abspath(path)))
     if args.micrograd:
         columns.append(("micrograd", "micrograd", ""))
-    default_rounds = {"chain": 20000, "leaf": 100000, "update": 50, "first walk": 2,
-                      "custom": 50, "above custom": 100, "fused step": 20}
-    print("| path | unit | " + " | ".join(c[0] for c in columns)
-          + (" | this / baseline |" if args.baseline else " |"))
-    print("|---|---|" + "---:|" * (len(columns) + (1 if args.baseline else 0)))
+    default_rounds = {"dropped": 50000, "moons step": 1, "chain": 20000, "leaf": 100000,
+                      "update": 50, "first walk": 2, "custom": 50, "above custom": 100,
+                      "fused step": 20}
+    ratios = [f"this / {c[0]}" for c in columns[1:]]
+    print("| path | unit | " + " | ".join(c[0] for c in columns + [(r,) for r in ratios]) + " |")
+    print("|---|---|" + "---:|" * (len(columns) + len(ratios)))
     for path in args.only or list(PATHS):
         rounds = args.rounds or default_rounds[path]
         figures = [per_unit(path, engine, root, rounds) for _, engine, root in columns]
         row = f"| {path} | {PATHS[path][0]} | " + " | ".join(f"{f:,.0f}" for f in figures)
-        if args.baseline:
-            row += f" | {figures[0] / figures[1]:.3f}"
+        row += "".join(f" | {figures[0] / f:.3f}" for f in figures[1:])
         print(row + " |", flush=True)
 
 

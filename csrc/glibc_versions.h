@@ -10,7 +10,7 @@
  *   compute with the same implementation as the 2.29 versions and differ only
  *   in SVID-style errno handling, which the core never reads; on an older
  *   glibc both the core and Python's math call the one implementation there.
- * - pthread_key_create/pthread_setspecific/pthread_mutex_trylock and
+ * - pthread_mutex_trylock and
  *   pthread_create/pthread_detach (batch.c's threads)
  *   @GLIBC_2.2.5 are the same functions, exported under the old version
  *   since they moved into libc in 2.34.
@@ -27,8 +27,6 @@ __asm__(".symver exp,exp@GLIBC_2.2.5");
 __asm__(".symver log,log@GLIBC_2.2.5");
 __asm__(".symver log2,log2@GLIBC_2.2.5");
 __asm__(".symver pow,pow@GLIBC_2.2.5");
-__asm__(".symver pthread_key_create,pthread_key_create@GLIBC_2.2.5");
-__asm__(".symver pthread_setspecific,pthread_setspecific@GLIBC_2.2.5");
 __asm__(".symver pthread_mutex_trylock,pthread_mutex_trylock@GLIBC_2.2.5");
 __asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
 __asm__(".symver pthread_detach,pthread_detach@GLIBC_2.2.5");

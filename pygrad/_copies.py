@@ -6,12 +6,16 @@ from typing import Any, Optional
 
 
 def new_leaf(base: Any, cls: Any, data: float, grad: float, label: str,
-             state: Optional[dict] = None) -> Any:
+             state: Optional[dict] = None, made: bool = False) -> Any:
     """A ``cls`` (``base`` or a subclass of it) made as ``base(data,
     label=label)`` makes a leaf, without the subclass's ``__init__`` being
-    called (as pickle does), then given ``grad`` and ``state``."""
-    v = cls.__new__(cls)
-    base.__init__(v, data, label=label)
+    called (as pickle does), then given ``grad`` and ``state``; with
+    ``made``, ``cls`` is that leaf already."""
+    if made:
+        v = cls
+    else:
+        v = cls.__new__(cls)
+        base.__init__(v, data, label=label)
     v.grad = grad
     if state is not None:
         apply_state(v, state)

@@ -377,6 +377,29 @@ def _kids_of(v: "Value") -> Set["Value"]:
     return kids
 
 
+def _number_field(get: Callable[[Any], float], put: Callable[[Any, float], None], name: str,
+                  doc: str) -> Any:
+    """A float field of the C node (data, grad), readable and writable.
+    Each access reads the keep into a local before it reads the node: the
+    keep holds the node's memory for the call, whatever another thread or a
+    number's ``__float__`` does to the attribute meanwhile."""
+    def fget(self: "Value") -> float:
+        keep = self._pg_keep
+        return get(keep[0])
+
+    def fset(self: "Value", v: Any) -> None:
+        t = type(v)
+        if t is not float and t is not int:
+            v = value_data(v, Value, name)      # may run the number's own code
+        keep = self._pg_keep
+        try:
+            put(keep[0], v)      # cffi makes an int a double as float(int) does
+        except OverflowError:
+            put(keep[0], value_data(v, Value, name))
+
+    return property(fget, fset, doc=doc)
+
+
 from typing import TYPE_CHECKING  # noqa: E402  (beside its one use)
 
 if TYPE_CHECKING:
@@ -458,51 +481,19 @@ class Value(_ValueBase):
         # An attribute may refer back to this Value, or to a Value made from
         # it: the collector must see both, and an op's result starts
         # untracked (csrc/cffi_build.py).
-        _setattr(self, name, value)
+        # (Tracked first: a Ctrl-C between the two steps then leaves at
+        # most a tracked Value without its attribute.)
         if name not in _ATOMIC:
             _track(id(self))
             if isinstance(value, Value):
                 _track(id(value))
+        _setattr(self, name, value)
 
     # -- numbers ------------------------------------------------------------
 
-    # Each reads its keep into a local before it reads the node: the keep
-    # holds the node's memory for the call, whatever another thread or a
-    # number's __float__ does to the attribute meanwhile.
-
-    @property
-    def data(self) -> float:
-        """The forward value."""
-        keep = self._pg_keep
-        return _get_data(keep[0])
-
-    @data.setter
-    def data(self, v: Any) -> None:
-        t = type(v)
-        if t is not float and t is not int:
-            v = value_data(v, Value, "Value.data")      # may run the number's code
-        keep = self._pg_keep
-        try:
-            _set_data(keep[0], v)       # cffi makes an int a double as float(int) does
-        except OverflowError:
-            _set_data(keep[0], value_data(v, Value, "Value.data"))
-
-    @property
-    def grad(self) -> float:
-        """d(root)/d(self), accumulated by ``backward()``."""
-        keep = self._pg_keep
-        return _get_grad(keep[0])
-
-    @grad.setter
-    def grad(self, v: Any) -> None:
-        t = type(v)
-        if t is not float and t is not int:
-            v = value_data(v, Value, "Value.grad")
-        keep = self._pg_keep
-        try:
-            _set_grad(keep[0], v)
-        except OverflowError:
-            _set_grad(keep[0], value_data(v, Value, "Value.grad"))
+    data: float = _number_field(lib.pg_data, lib.pg_set_data, "Value.data", "The forward value.")
+    grad: float = _number_field(lib.pg_grad, lib.pg_set_grad, "Value.grad",
+                                "d(root)/d(self), accumulated by ``backward()``.")
 
     # -- graph --------------------------------------------------------------
 
@@ -662,7 +653,7 @@ class Value(_ValueBase):
 
     def __copy__(self) -> "Value":
         """A new leaf with the same data, grad, label and attributes."""
-        return new_leaf(Value, type(self), self.data, self.grad, self.label, _state(self))
+        return _leaf(type(self), self.data, self.grad, self.label, _state(self))
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         """deepcopy and pickle: a new leaf with the same data, grad, label and
@@ -680,8 +671,6 @@ _set_a = Value.__dict__["_pg_a"].__set__
 _set_b = Value.__dict__["_pg_b"].__set__
 _set_kids = Value.__dict__["_pg_kids"].__set__
 _VALUE_MRO = frozenset(Value.__mro__)
-_get_data, _set_data = lib.pg_data, lib.pg_set_data
-_get_grad, _set_grad = lib.pg_grad, lib.pg_set_grad
 
 
 class _Children(set):
@@ -823,5 +812,9 @@ def _state(v: Value) -> Any:
 
 def _leaf(cls: "type[Value]", data: float, grad: float, label: str, state: Any = None) -> Value:
     """A new leaf (what a copy or an unpickled Value becomes; pickles name
-    this function)."""
-    return new_leaf(Value, cls, data, grad, label, state)
+    this function).  It stays tracked by the collector: copy and pickle
+    give it its attributes straight into its instance dict."""
+    v: Value = cls.__new__(cls)
+    Value.__init__(v, data, label=label)
+    _track(id(v))
+    return new_leaf(Value, v, data, grad, label, state, made=True)

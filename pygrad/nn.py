@@ -331,9 +331,11 @@ class Neuron(Module[Scalar]):
         ``'reference'`` (ValueError otherwise)."""
         nin = to_size(nin, "nin")
         self._backend = backend_named(engine)
-        Value = self._backend.Value
-        self.w = _Tracked([Value(random.uniform(-1, 1)) for _ in range(nin)])
-        self.b = Value(0)
+        # One allocation for the weights and the bias (the C engine's
+        # leaves): a step over a model's parameters reads them side by side.
+        params = self._backend.leaves([random.uniform(-1, 1) for _ in range(nin)] + [0.0])
+        self.w = _Tracked(params[:nin])
+        self.b = params[nin]
         self.nonlin = nonlin
         self.fused = fused
 

@@ -56,8 +56,9 @@ def _is_live(ptr, ranges) -> bool:
     return any(lo <= p < hi for lo, hi in ranges)
 
 
-_GUARDED = {"_get_data": False, "_set_data": False, "_get_grad": False, "_set_grad": False,
-            "_describe": False, "_node_backward": True}
+_GUARDED = {"_describe": False, "_node_backward": True}
+# Value's number fields, from the engine's own factory over the C calls.
+_FIELDS = {"data": (lib.pg_data, lib.pg_set_data), "grad": (lib.pg_grad, lib.pg_set_grad)}
 
 
 @contextlib.contextmanager
@@ -85,11 +86,18 @@ def guarded():
 
     for name, kids in _GUARDED.items():
         setattr(engine, name, checked(name, real[name], kids))
+    fields = {name: Value.__dict__[name] for name in _FIELDS}
+    for name, (get, put) in _FIELDS.items():
+        setattr(Value, name, engine._number_field(checked(f"pg_{name}", get, False),
+                                                  checked(f"pg_set_{name}", put, False),
+                                                  f"Value.{name}", ""))
     try:
         yield refused
     finally:
         for name, fn in real.items():
             setattr(engine, name, fn)
+        for name, prop in fields.items():
+            setattr(Value, name, prop)
 
 
 def custom(a, factor, hook=None, cls=Value):
