@@ -1,6 +1,7 @@
 """How pygrad is found at import: a source tree without its core, another
 project's files mixed into the package, a star import, and a production core
 without the test hooks."""
+import os
 import pathlib
 import shutil
 import subprocess
@@ -19,16 +20,57 @@ def _copy_package(to: pathlib.Path, with_core: bool) -> pathlib.Path:
     return to / "pygrad"
 
 
-def test_an_unbuilt_checkout_that_shadows_an_installed_pygrad_says_so_once(tmp_path):
-    """`python -m pygrad` (or `python -m pytest`) started in a checkout after a
-    plain `pip install .`: one ImportError naming both copies, no chained
-    'circular import' error."""
+def _unbuilt_checkout_and_installed_copy(tmp_path: pathlib.Path, installed_core: bool = True):
     checkout = tmp_path / "checkout"
     _copy_package(checkout, with_core=False)
     (checkout / "csrc").mkdir()
     (checkout / "csrc" / "cffi_build.py").write_text("")
     site = tmp_path / "site"
-    _copy_package(site, with_core=True)
+    _copy_package(site, with_core=installed_core)
+    return checkout, site
+
+
+def _dependencies() -> str:
+    """Where cffi's backend and numpy are, for a `python -S` that loads the
+    built copy (after that copy: a wheel-installed pygrad may be there too)."""
+    import _cffi_backend
+    import numpy
+    return os.pathsep.join(sorted({os.path.dirname(_cffi_backend.__file__),
+                                   os.path.dirname(os.path.dirname(numpy.__file__))}))
+
+
+def test_python_m_pygrad_in_an_unbuilt_checkout_runs_the_installed_copy(tmp_path):
+    """The README's Quick start (`pip install .` in a checkout) leaves the
+    user in the checkout, whose unbuilt pygrad/ comes first on sys.path for
+    `python -m pygrad`: the installed copy runs instead, saying so once."""
+    checkout, site = _unbuilt_checkout_and_installed_copy(tmp_path)
+    env = {"PYTHONPATH": f"{site}{os.pathsep}{_dependencies()}"}
+    out = subprocess.run([sys.executable, "-S", "-m", "pygrad", "--version"], cwd=checkout,
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"pygrad {pygrad.__version__}\n"
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(f"pygrad: note: {checkout / 'pygrad'} (this source tree) has "
+                                 f"no built C core; using the installed pygrad at "
+                                 f"{site / 'pygrad'}."), out.stderr
+    assert "python -m pip install -e ." in out.stderr
+    code = ("import sys, pygrad, pygrad.nn\n"
+            "from pygrad import Value\n"
+            "assert sys.modules['pygrad'] is pygrad and pygrad.nn.MLP(2, [3, 1])\n"
+            "print(pygrad.__file__, pygrad.engine.__file__, pygrad._install_check.__file__)\n"
+            "v = Value(3.0) * Value(2.0); v.backward(); print(v.data)\n")
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=checkout,
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    files, data = out.stdout.splitlines()
+    assert all(f.startswith(str(site / "pygrad") + "/") for f in files.split()), files
+    assert data == "6.0"
+
+
+def test_an_unbuilt_checkout_over_an_unbuilt_copy_says_so_once(tmp_path):
+    """What shadows the checkout is not a built pygrad-autograd: one
+    ImportError naming both copies, no chained 'circular import' error."""
+    checkout, site = _unbuilt_checkout_and_installed_copy(tmp_path, installed_core=False)
     out = subprocess.run([sys.executable, "-S", "-c", "import pygrad"], cwd=checkout,
                          capture_output=True, text=True, env={"PYTHONPATH": str(site)})
     assert out.returncode == 1
@@ -38,6 +80,17 @@ def test_an_unbuilt_checkout_that_shadows_an_installed_pygrad_says_so_once(tmp_p
     assert last.startswith("ImportError: pygrad's C core"), last
     assert f"an installed pygrad is at {site / 'pygrad'}" in last, last
     assert str(checkout) in last and "pip install -e ." in last
+
+
+def test_an_unbuilt_checkout_alone_says_how_to_build_it(tmp_path):
+    checkout, _ = _unbuilt_checkout_and_installed_copy(tmp_path)
+    out = subprocess.run([sys.executable, "-S", "-m", "pygrad", "--version"], cwd=checkout,
+                         capture_output=True, text=True, env={})
+    assert out.returncode == 1
+    last = out.stderr.strip().splitlines()[-1]
+    assert last == (f"ImportError: pygrad's C core (pygrad._core) is not built in this copy of "
+                    f"pygrad ({checkout / 'pygrad'}): build it with `python -m pip install -e .` "
+                    f"in the repository."), last
 
 
 def test_another_projects_pygrad_nn_in_the_package_is_refused_by_name(tmp_path):
