@@ -153,3 +153,36 @@ def test_a_production_core_carries_no_fault_injection():
     for symbol in ("pg_fail_alloc", "pg_fail_unmap", "pg_limit_segments",
                    "pg_alloc_fails", "pg_unmap_fails", "pg_test_hooks_lock"):
         assert not hasattr(core, symbol), symbol
+
+
+def test_a_failed_compile_says_what_to_do_then_fails_as_before(capsys):
+    """`pip install .` without a C compiler: setup.py's build_ext prints how
+    to do without one (the wheel route) and re-raises the compiler's error,
+    so that pip still fails."""
+    import runpy
+    setup_py = pathlib.Path(__file__).resolve().parent.parent / "setup.py"
+    if not setup_py.exists():
+        pytest.skip("no setup.py beside the tests")
+    errors = pytest.importorskip("setuptools.errors")
+    wrap = runpy.run_path(str(setup_py), run_name="not_main")["build_ext_saying_what_to_do"]
+    failure = errors.CompileError("command '/nonexistent/cc' failed: No such file or directory")
+
+    class NoCompiler:
+        def run(self):
+            raise failure
+
+    class Compiles:
+        def run(self):
+            print("built")
+
+    with pytest.raises(errors.CompileError) as exc:
+        wrap(NoCompiler)().run()
+    assert exc.value is failure
+    err = capsys.readouterr().err
+    assert err.startswith("\npygrad: compiling the C core failed (command '/nonexistent/cc' "
+                          "failed: No such file or directory).\n"), err
+    flat = " ".join(err.split())
+    assert "needs a C compiler" in flat and "`bash .ci/wheel` builds one into dist/" in flat
+    assert "`pip install dist/*.whl`" in flat and "needs no compiler" in flat
+    wrap(Compiles)().run()
+    assert capsys.readouterr() == ("built\n", "")
