@@ -277,6 +277,7 @@ def _timed_steps(what: str, make: Any, rows: int, budget: float, stream: Any,
     probe = make(probe_rows)
     loss, spent = timed(probe, probe_rows)
     probe.close()
+    gc.collect()            # the probe's graph, not charged to the full steps
     losses: List[float] = []
     if probe_rows < rows and spent + spent * 10 > budget:
         losses, per_step, used = [loss], spent, probe_rows
