@@ -241,9 +241,11 @@ def _plot(result: dict, out_dir: str) -> List[str]:
     return paths
 
 
+# The one definition of a speedup: the demo prints it, and so does
+# benchmarks/run.py under the training table that README.md shows.
 SPEEDUP = ("x faster: the slow engine's seconds per full-batch step / the tier's, which are its "
            "whole run (the model made, the graph built or compiled once, every step) / its "
-           "steps; GC on, as in the README's table")
+           "steps; GC on")
 
 
 def _timed_steps(what: str, make: Any, rows: int, budget: float, stream: Any,
@@ -323,7 +325,7 @@ def _measured(ms: float, steps: int, used: int, rows: int) -> Tuple[str, str]:
     if used == rows:
         return f"~{ms:.0f} ms/step, the mean of {_steps(steps)}", "~"
     return (f">= ~{ms * rows / used:.0f} ms/step, a lower bound (1 step on {used} of {rows} "
-            f"rows, x{rows / used:g})", ">= ~")
+            f"rows, x{rows / used:.3g})", ">= ~")
 
 
 def _reference_speed(task: str, seed: int, budget: float, result: dict) -> None:

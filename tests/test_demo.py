@@ -116,6 +116,7 @@ def test_the_slow_engines_timing_stops_within_its_budget_or_probes():
     assert demo._measured(10.0, 1, 25, 100) == (
         ">= ~40 ms/step, a lower bound (1 step on 25 of 100 rows, x4)", ">= ~")
     assert demo._measured(10.0, 3, 100, 100) == ("~10 ms/step, the mean of 3 steps", "~")
+    assert demo._measured(10.0, 1, 37, 150)[0].endswith("(1 step on 37 of 150 rows, x4.05)")
 
 
 def test_cli_times_micrograds_own_loop_against_the_same_loop_on_pygrad(capsys):
