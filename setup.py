@@ -34,10 +34,37 @@ if os.environ.get("PYGRAD_SANITIZE") == "1":
     # sanitized objects get their own folder, apart from the normal build's.
     options["build"] = {"build_base": os.path.join("build", "sanitize")}
 
+NO_COMPILER = """
+pygrad: compiling the C core failed ({error}).
+`pip install .` compiles csrc/ and needs a C compiler (gcc or clang; Debian
+or Ubuntu: apt-get install gcc; macOS: xcode-select --install). Without one,
+install a wheel instead, which needs no compiler: `bash .ci/wheel` builds one
+into dist/ (on any machine with a compiler), then `pip install dist/*.whl`.
+"""
+
+
+def build_ext_saying_what_to_do(base: type) -> type:
+    """``base`` (setuptools' build_ext), printing NO_COMPILER to stderr when
+    the compile or link fails, then re-raising: pip alone would show only
+    its generic 'Failed building wheel'."""
+    from setuptools.errors import CCompilerError, ExecError, PlatformError
+
+    class BuildExt(base):  # type: ignore[valid-type, misc]
+        def run(self) -> None:
+            try:
+                super().run()
+            except (CCompilerError, ExecError, PlatformError) as e:
+                sys.stderr.write(NO_COMPILER.format(error=e))
+                raise
+
+    return BuildExt
+
+
 if __name__ == "__main__":      # setuptools runs this file as __main__ too
     # Imported here: the tests read index_description() where setuptools may
     # be absent (3.12 and later venvs have none).
     from setuptools import setup
+    from setuptools.command.build_ext import build_ext
 
     with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
         readme = f.read()
@@ -49,5 +76,7 @@ if __name__ == "__main__":      # setuptools runs this file as __main__ too
         long_description=index_description(readme),
         long_description_content_type="text/markdown",
         cffi_modules=["csrc/cffi_build.py:ffibuilder"],
+        # cffi subclasses this one for its own step (writing the C source)
+        cmdclass={"build_ext": build_ext_saying_what_to_do(build_ext)},
         options=options,
     )

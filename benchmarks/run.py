@@ -131,6 +131,7 @@ def main() -> None:
             vs_m = f"{mg_s / s:.1f}" if mg_s else "n/a"
             print(f"| {name} | {s:.3f} | {1e3 * s / steps:.2f} | {vs_m} | {ref_s / s:.1f} |")
         print("\nevery pygrad tier's losses equal the reference engine's bit for bit")
+        print(f"({demo.SPEEDUP.replace('x faster', '× vs X')}; X timed over all its steps)")
 
     print("\n# Batched steps: pygrad Program.map vs PyTorch float64 tensors, 1 thread\n")
     print("(bench_batched.py: same data, weights, loss and optimizer; tiers alternate; "

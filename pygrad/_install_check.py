@@ -8,6 +8,10 @@ and uninstalling it would delete our files.  One ``stat`` call detects it.
 """
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
 
 
 def _owners(directory: str) -> "list[str]":
@@ -28,7 +32,9 @@ def _owners(directory: str) -> "list[str]":
 
 def check_install(directory: str) -> None:
     """Raise ImportError with what to do if pygrad's C core is missing from
-    ``directory`` (an unbuilt source tree) or another project's files are mixed in."""
+    ``directory`` (an unbuilt source tree) or another project's files are mixed in.
+    An unbuilt source tree that shadows a built, installed pygrad (Python
+    started in the checkout after ``pip install .``) loads the installed one."""
     if os.path.isdir(os.path.join(directory, "nn")):
         owners = ", ".join(_owners(directory)) or "unknown"
         raise ImportError(
@@ -53,8 +59,45 @@ def check_install(directory: str) -> None:
         others = [p for p in sys.path if os.path.abspath(p or os.curdir) != checkout]
         spec = PathFinder.find_spec("pygrad", others)
         if spec is not None and spec.origin:
-            hint = (f"an installed pygrad is at {os.path.dirname(spec.origin)}, but Python "
+            installed = os.path.dirname(spec.origin)
+            if _is_built(installed):
+                _use_installed(spec, directory)
+                return
+            hint = (f"an installed pygrad is at {installed}, but Python "
                     f"was started in the source tree {checkout}, which shadows it: run from "
                     f"another directory (`pytest` works from here), or " + hint)
     raise ImportError(f"pygrad's C core (pygrad._core) is not built in this copy of pygrad "
                       f"({directory}): {hint}.") from None
+
+
+def _is_built(directory: str) -> bool:
+    """Whether ``directory`` is a whole, built pygrad-autograd: its own
+    install check, a compiled core, and no other project's ``nn/``."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return False
+    return ("_install_check.py" in names and "nn" not in names
+            and any(n.startswith("_core") and n.endswith((".so", ".pyd")) for n in names))
+
+
+def _use_installed(spec: "ModuleSpec", directory: str) -> None:
+    """``python -m pygrad`` (or ``import pygrad``) started in a checkout that
+    was installed with a plain ``pip install .``: the working directory's
+    unbuilt ``pygrad/`` comes first on ``sys.path``, so the installed copy,
+    the one the user built, is loaded in its place (``sys.modules``, which
+    the import system returns), saying so on stderr, once."""
+    import importlib.util
+    installed = os.path.dirname(str(spec.origin))
+    sys.stderr.write(f"pygrad: note: {directory} (this source tree) has no built C core; "
+                     f"using the installed pygrad at {installed}. To run the tree's own code, "
+                     f"build it: python -m pip install -e .\n")
+    for name in [n for n in sys.modules if n.startswith("pygrad.")]:
+        del sys.modules[name]          # the tree's _install_check: the installed one runs its own
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["pygrad"] = module
+    try:
+        spec.loader.exec_module(module)         # type: ignore[union-attr]
+    except BaseException:
+        del sys.modules["pygrad"]
+        raise

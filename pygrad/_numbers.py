@@ -51,8 +51,8 @@ def to_real(x: Any, what: str = "Value data") -> float:
     """``float(x)`` for a real number, else a TypeError that names the type."""
     v = real_or_none(x)
     if v is None:
-        raise not_a_number(x, f"{what} must be a real number (int, float, bool or numpy "
-                              f"scalar), not {type(x).__name__}: {x!r}")
+        raise not_a_number(x, f"{what} must be a real number (int, float, bool, Fraction, "
+                              f"numpy scalar or 0-d array), not {type(x).__name__}: {x!r}")
     return v
 
 

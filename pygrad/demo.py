@@ -13,6 +13,7 @@ import os
 import random
 import sys
 import tempfile
+import textwrap
 import time
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
@@ -133,6 +134,9 @@ def train(task: str, steps: int, seed: int = 0, engine: str = "c", tier: str = "
     it each step with fused layers; ``eager`` rebuilds it op by op."""
     if tier not in TIERS:
         raise ValueError(f"tier must be one of {TIERS}, not {tier!r}")
+    # The run's seconds count everything from here: the model made, the
+    # graph built or compiled once, every step (SPEEDUP: the tier's time).
+    t0 = time.perf_counter()
     model, X, y, opt = _setup(task, seed, engine)
     if tier == "eager":
         for layer in model.layers:
@@ -142,10 +146,9 @@ def train(task: str, steps: int, seed: int = 0, engine: str = "c", tier: str = "
     value_type = c_engine.Value if engine == "c" else reference.Value
     replay = tier == "replay" and engine == "c"
     if tier == "batched" and engine == "c":
-        return _train_batched(task, steps, model, X, y, opt, progress)
+        return _train_batched(task, steps, model, X, y, opt, progress, t0)
     hist_loss: List[float] = []
     hist_acc: List[float] = []
-    t0 = time.perf_counter()
     if replay:
         from .replay import compile as compile_graph
         loss, outputs = _loss(task, model, X, y, value_type)
@@ -167,12 +170,11 @@ def train(task: str, steps: int, seed: int = 0, engine: str = "c", tier: str = "
 
 
 def _train_batched(task: str, steps: int, model: nn.MLP, X: np.ndarray, y: np.ndarray, opt: Any,
-                   progress: Optional[Progress]) -> dict:
+                   progress: Optional[Progress], t0: float) -> dict:
     """The batched tier: each step is one Program.map over the rows (forward
     and backward in C, struct of arrays), plus the L2 term's replay."""
     hist_loss: List[float] = []
     hist_acc: List[float] = []
-    t0 = time.perf_counter()
     prog, rows, w, reg = _batched(task, model, X, y)
     for k in range(steps):
         opt.zero_grad()
@@ -239,37 +241,72 @@ def _plot(result: dict, out_dir: str) -> List[str]:
     return paths
 
 
-def _timed_steps(what: str, steps: Iterator[float], budget: float, most: int,
-                 stream: Any, least: int = 1) -> Tuple[List[float], float]:
-    """Run ``steps`` (each next() is one training step, giving its loss) for
-    about ``budget`` seconds, at least ``least`` steps and at most ``most``,
-    with progress on a terminal; returns the losses and the seconds per
-    step."""
+# The one definition of a speedup: the demo prints it, and so does
+# benchmarks/run.py under the training table that README.md shows.
+SPEEDUP = ("x faster: the slow engine's seconds per full-batch step / the tier's, which are its "
+           "whole run (the model made, the graph built or compiled once, every step) / its "
+           "steps; GC on")
+
+
+def _timed_steps(what: str, make: Any, rows: int, budget: float, stream: Any,
+                 most: int = 100) -> Tuple[List[float], float, int]:
+    """Time the training steps of a slow engine within ``budget`` seconds.
+    ``make(m)`` starts its training on the first ``m`` of the ``rows`` rows
+    (an iterator: each next() is one step, giving its loss).  A probe step
+    on a quarter of the rows comes first; full-batch steps follow while the
+    last one says the next fits (at least one, at most ``most``).  When even
+    one would overrun the budget (the probe times 10: a step's cost grows
+    faster than its rows, the garbage collector walking the live graph), the
+    probe is all there is: returns its losses, its seconds per step, and
+    how many rows it had, which is then below ``rows``."""
     tty = hasattr(stream, "isatty") and stream.isatty()
-    seconds, line = 0.0, ""
-    losses: List[float] = []
-    # The garbage of what ran before (micrograd's graphs are cycles, which
-    # only a collection frees) would otherwise be charged to these steps.
-    gc.collect()
-    while len(losses) < least or (seconds < budget and len(losses) < most):
+    line = ""
+
+    def timed(steps: Iterator[float], n: int) -> Tuple[float, float]:
+        nonlocal line
         if tty:
-            line = f"   timing {what}: step {len(losses) + 1} ..."
+            line = f"   timing {what}: a step on {n} rows ..."
             stream.write("\r" + line)
             stream.flush()
         t0 = time.perf_counter()
-        losses.append(next(steps))
-        seconds += time.perf_counter() - t0
+        loss = next(steps)
+        return loss, time.perf_counter() - t0
+
+    # The garbage of what ran before (micrograd's graphs are cycles, which
+    # only a collection frees) would otherwise be charged to these steps.
+    gc.collect()
+    probe_rows = max(1, rows // 4)
+    probe = make(probe_rows)
+    loss, spent = timed(probe, probe_rows)
+    probe.close()
+    gc.collect()            # the probe's graph, not charged to the full steps
+    losses: List[float] = []
+    if probe_rows < rows and spent + spent * 10 > budget:
+        losses, per_step, used = [loss], spent, probe_rows
+    else:
+        steps, seconds, last = make(rows), 0.0, spent * 10
+        while not losses or (spent + last <= budget and len(losses) < most):
+            loss, last = timed(steps, rows)
+            losses.append(loss)
+            spent += last
+            seconds += last
+        per_step, used = seconds / len(losses), rows
     if tty:
         stream.write("\r" + " " * len(line) + "\r")     # clear the progress line
-    return losses, seconds / len(losses)
+    return losses, per_step, used
 
 
-def _reference_steps(task: str, seed: int) -> Iterator[float]:
-    """The task's training steps on pygrad's pure-Python reference engine."""
-    model, X, y, opt = _setup(task, seed, "reference")
-    from . import reference
+def _reference_steps(task: str, seed: int, rows: Optional[int] = None,
+                     engine: str = "reference") -> Iterator[float]:
+    """The task's training steps on pygrad's pure-Python reference engine
+    (or, ``engine="c"``, the same on the C engine's fused tier), on the
+    first ``rows`` rows of its data (all by default)."""
+    model, X, y, opt = _setup(task, seed, engine)
+    X, y = X[:rows], y[:rows]
+    from . import engine as c_engine, reference
+    value_type = reference.Value if engine == "reference" else c_engine.Value
     while True:
-        loss, _ = _loss(task, model, X, y, reference.Value)
+        loss, _ = _loss(task, model, X, y, value_type)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -280,28 +317,45 @@ def _steps(n: int) -> str:
     return f"{n} step{'s' if n > 1 else ''}"
 
 
+def _measured(ms: float, steps: int, used: int, rows: int) -> Tuple[str, str]:
+    """How a slow engine's ms/step was found, and ``~`` or ``>= ~`` for the
+    speedup: measured on full steps, or a lower bound from a probe step on
+    ``used`` of the ``rows`` rows scaled by rows/used (its real cost grows
+    faster than that)."""
+    if used == rows:
+        return f"~{ms:.0f} ms/step, the mean of {_steps(steps)}", "~"
+    return (f">= ~{ms * rows / used:.0f} ms/step, a lower bound (1 step on {used} of {rows} "
+            f"rows, x{rows / used:.3g})", ">= ~")
+
+
 def _reference_speed(task: str, seed: int, budget: float, result: dict) -> None:
-    """Time the pure-Python reference engine on the same task for about
-    ``budget`` seconds (at least one step) and print how much faster the
-    trained tier is; the per-step time is an estimate from the steps that
-    fit."""
+    """Time the pure-Python reference engine on the same task within
+    ``budget`` seconds (_timed_steps) and print how much faster the trained
+    tier is, in SPEEDUP's terms, with how the reference's time was found."""
     stream = sys.stdout
-    losses, ref_step = _timed_steps("pygrad's pure-Python reference engine",
-                                    _reference_steps(task, seed), budget,
-                                    len(result["losses"]), stream)
+    rows = len(result["X"])
+    losses, ref_step, used = _timed_steps("pygrad's pure-Python reference engine",
+                                          lambda m: _reference_steps(task, seed, m), rows,
+                                          budget, stream, most=len(result["losses"]))
     per_step = result["seconds"] / len(result["losses"])
-    ours = result["losses"][:len(losses)]
-    if result.get("tier") == "batched":
+    if used < rows:
+        # The probe's rows on the C engine (fused: the same graph op for op).
+        ours = [next(_reference_steps(task, seed, used, engine="c"))]
+        same = f"the C engine's loss on those rows bit for bit: {losses == ours}"
+    elif result.get("tier") == "batched":
         # Its sums over rows run in row order, not in the full graph's.
+        ours = result["losses"][:len(losses)]
         agree = all(math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0) for a, b in zip(losses, ours))
         same = f"same losses to 1e-12 (batched: sums over rows in row order): {agree}"
     else:
-        same = f"same losses bit for bit: {losses == ours}"
+        same = f"same losses bit for bit: {losses == result['losses'][:len(losses)]}"
+    how, about = _measured(ref_step * 1e3, len(losses), used, rows)
+    factor = ref_step * rows / used / per_step
     # Say what is compared: pygrad against its own slow engine, not micrograd.
     stream.write(f"   {result['tier']} tier vs pygrad's pure-Python reference engine "
-                 f"(pygrad.reference, same model and loss): ~{ref_step / per_step:.0f}x faster "
-                 f"(reference ~{ref_step * 1e3:.0f} ms/step, an estimate from "
-                 f"{_steps(len(losses))}); {same}\n")
+                 f"(pygrad.reference, same model and loss):\n"
+                 f"     {about}{factor:.0f}x faster; reference {how}\n"
+                 f"     {same}\n")
 
 
 def _micrograd_demo_loop(Value: Any, MLP: Any, X: Any, y: Any,
@@ -337,10 +391,11 @@ def _micrograd_demo_loop(Value: Any, MLP: Any, X: Any, y: Any,
 
 def _micrograd_speed(seed: int, budget: float) -> None:
     """Where micrograd is installed, time its own demo loop on micrograd's
-    Value and, unchanged, on pygrad's (the drop-in claim) and print the
-    ratio, an estimate from the few steps micrograd fits in ``budget``
-    seconds; else a hint.  Moons only: micrograd has no exp/log for the
-    spiral's softmax."""
+    Value and, unchanged, on pygrad's (the drop-in claim), each within
+    ``budget`` seconds, and print the ratio: pygrad runs as many steps on
+    as many rows as micrograd fitted, so both are measured on the same
+    work (with few steps or a quarter of the rows, labelled so); else a
+    hint.  Moons only: micrograd has no exp/log for the spiral's softmax."""
     stream = sys.stdout
     try:
         # By name: micrograd ships no type information for mypy to read.
@@ -353,30 +408,41 @@ def _micrograd_speed(seed: int, budget: float) -> None:
     from . import engine, nn as pygrad_nn
     X, y = data.make_moons(100, noise=0.1, seed=seed)
     rows, labels = X.tolist(), data.signed_labels(y).tolist()
-    theirs, their_step = _timed_steps("micrograd's own code on micrograd.engine.Value",
-                                      _micrograd_demo_loop(their_engine.Value, their_nn.MLP,
-                                                           rows, labels, seed),
-                                      budget, 100, stream)
-    # At least 5 steps, however few micrograd fit: pygrad's first step
-    # (which packs the model for its fused layers) is not all that is timed.
-    ours, our_step = _timed_steps("the same code on pygrad.Value",
-                                  _micrograd_demo_loop(engine.Value, pygrad_nn.MLP, rows, labels,
-                                                       seed),
-                                  budget, max(len(theirs), 5), stream, least=5)
+
+    def loop(Value: Any, MLP: Any) -> Any:
+        return lambda m: _micrograd_demo_loop(Value, MLP, rows[:m], labels[:m], seed)
+    theirs, their_step, used = _timed_steps("micrograd's own code on micrograd.engine.Value",
+                                            loop(their_engine.Value, their_nn.MLP), len(rows),
+                                            budget, stream)
+    # The same work on pygrad: as many steps, on as many rows.
+    steps = loop(engine.Value, pygrad_nn.MLP)(used)
+    gc.collect()
+    t0 = time.perf_counter()
+    ours = [next(steps) for _ in theirs]
+    our_step = (time.perf_counter() - t0) / len(ours)
     # micrograd sums each grad in its own (set) order: equal up to rounding.
     agree = all(math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0) for a, b in zip(theirs, ours))
+    on = "" if used == len(rows) else f" on {used} of the {len(rows)} rows"
     stream.write(f"   micrograd's own demo loop, on micrograd.engine.Value vs unchanged on "
-                 f"pygrad.Value: pygrad ~{their_step / our_step:.0f}x faster (estimate: "
-                 f"micrograd ~{their_step * 1e3:.0f} ms/step from {_steps(len(theirs))}, pygrad "
-                 f"~{our_step * 1e3:.1f} ms/step from {_steps(len(ours))}); same losses to "
-                 f"1e-12 (micrograd sums grads in another order): {agree}\n")
+                 f"pygrad.Value:\n"
+                 f"     pygrad ~{their_step / our_step:.0f}x faster (micrograd "
+                 f"~{their_step * 1e3:.0f} ms/step, pygrad ~{our_step * 1e3:.1f} ms/step, "
+                 f"{_steps(len(ours))}{on})\n"
+                 f"     same losses to 1e-12 (micrograd sums grads in another order): {agree}\n")
 
 
-def _check_out(out: str) -> Optional[str]:
+DEFAULT_OUT = "pygrad-demo"
+
+
+def _check_out(out: str, given: bool = True) -> Optional[str]:
     """Why the PNGs can't go into the folder ``out``, or None when they can
     (the folder is made, if missing, so that this is known before any
-    training rather than after it)."""
+    training rather than after it).  ``given``: the user passed ``--out``;
+    else the default folder is named as such."""
+    what = f"--out {out!r}" if given else f"the default output folder ./{out}/"
     if os.path.exists(out) and not os.path.isdir(out):
+        if not given:
+            return f"{what} is a file, not a folder; pass --out DIR, or --no-plot"
         return f"--out {out!r} is a file, not a folder; give a folder for the PNGs (made if missing)"
     try:
         os.makedirs(out, exist_ok=True)
@@ -386,6 +452,8 @@ def _check_out(out: str) -> Optional[str]:
             pass
     except OSError as e:
         reason = e.strerror or type(e).__name__
+        if not given:
+            return f"{what} is not writable ({reason}); pass --out DIR, or --no-plot"
         return (f"--out {out!r}: can't write PNGs there ({reason}); give a folder you can "
                 f"write to, or --no-plot")
     return None
@@ -395,6 +463,28 @@ def _will_plot(args: argparse.Namespace) -> bool:
     """Whether this run writes PNGs: asked for, and matplotlib installed
     (looked up, not imported: that costs a second)."""
     return not args.no_plot and importlib.util.find_spec("matplotlib") is not None
+
+
+def _plan(tasks: List[str], args: argparse.Namespace, plot: bool) -> str:
+    """The run's first lines: what it does and about how long it takes.
+    Training takes well under a second a task; each slow engine's timing
+    stops within ``--reference-seconds`` (micrograd's, and pygrad on the
+    same work, within twice that); a task's PNGs take about a second."""
+    budget = args.reference_seconds
+    timings = 0.0
+    if budget > 0:
+        micrograd = "moons" in tasks and importlib.util.find_spec("micrograd") is not None
+        timings = budget * (len(tasks) + (2 if micrograd else 0))
+    seconds = 0.5 * len(tasks) + timings + (1.0 if plot else 0.0) * len(tasks)
+    timed = (f"; then times the slow engines (--reference-seconds {budget:g} each) for the "
+             f"speedups" if budget > 0 else "")
+    lines = [f"pygrad demo: {' and '.join(tasks)} on the {args.tier} tier{timed}; "
+             f"about {max(1, round(seconds))} s in all"]
+    if budget > 0:
+        lines += textwrap.wrap(SPEEDUP, 96, initial_indent="  (", subsequent_indent="   ")
+        lines[-1] += ")"
+    return "\n".join(textwrap.fill(line, 100, subsequent_indent="  ") if i == 0 else line
+                     for i, line in enumerate(lines))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -438,7 +528,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     p.add_argument("--steps", type=int, default=None,
                    help="training steps (default: 100 for moons, 200 for spiral)")
     p.add_argument("--seed", type=int, default=0, help="seed for data and weights (default 0)")
-    p.add_argument("--out", metavar="DIR", default="pygrad-demo",
+    p.add_argument("--out", metavar="DIR", default=None,
                    help="folder for the PNGs, made if missing and checked before training "
                         "(default: ./pygrad-demo)")
     p.add_argument("--no-plot", action="store_true", help="don't write PNGs")
@@ -456,11 +546,14 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     if args.reference_seconds < 0:
         p.error("--reference-seconds must be >= 0")
     plot = _will_plot(args)
-    problem = _check_out(args.out) if plot else None
+    given = args.out is not None
+    args.out = args.out if given else DEFAULT_OUT
+    problem = _check_out(args.out, given) if plot else None
     if problem is not None:
         sys.stderr.write(f"pygrad: error: {problem}\n")
         return 2
     tasks = ["moons", "spiral"] if args.dataset == "both" else [args.dataset]
+    print(_plan(tasks, args, plot))
     for task in tasks:
         steps = args.steps or (100 if task == "moons" else 200)
         print(f"== {task}: {steps} steps on pygrad, C engine, tier: {args.tier}")

@@ -457,3 +457,19 @@ def test_softmax_cross_entropy_given_one_value_says_it_needs_a_list(V):
     assert "not iterable" not in str(info.value)
     got = losses.softmax_cross_entropy([V(1.0), V(2.0)], 1).data     # a list still works
     assert got == pytest.approx(math.log(math.exp(1.0) + math.exp(2.0)) - 2.0, rel=1e-15)
+
+
+def test_the_type_error_for_bad_data_lists_every_kind_of_number_accepted():
+    """What the message lists is what Value takes: Fraction and 0-d arrays too."""
+    import fractions
+
+    import numpy as np
+
+    from pygrad import Value
+    with pytest.raises(TypeError) as exc:
+        Value("1.5")
+    message = str(exc.value)
+    assert message == ("Value data must be a real number (int, float, bool, Fraction, numpy "
+                       "scalar or 0-d array), not str: '1.5'"), message
+    for accepted in (3, 1.5, True, fractions.Fraction(3, 2), np.float32(1.5), np.array(1.5)):
+        assert Value(accepted).data == float(accepted)

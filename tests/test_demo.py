@@ -51,20 +51,72 @@ def no_micrograd(monkeypatch):
         monkeypatch.setitem(sys.modules, name, None)
 
 
+def _lines_fit(out: str) -> None:
+    """No line wraps on an 100-column terminal."""
+    assert max(len(line) for line in out.splitlines()) <= 100, out
+
+
 def test_cli_runs_moons_and_checks_the_reference(capsys, tmp_path, monkeypatch, no_micrograd):
     monkeypatch.chdir(tmp_path)
     rc = demo.main(["--dataset", "moons", "--steps", "5", "--no-plot",
                     "--reference-seconds", "0.001"])
     assert rc == 0
     out = capsys.readouterr().out
+    # Up front: what it does, how long, and what "x faster" means.
+    plan = " ".join(out.split("\n== ")[0].split())
+    assert plan.startswith("pygrad demo: moons on the replay tier; then times the slow engines "
+                           "(--reference-seconds 0.001 each) for the speedups; about 1 s in all "
+                           "(x faster: the slow engine's seconds per full-batch step / the tier's"
+                           ", which are its whole run"), plan
     assert "== moons: 5 steps" in out
     # The speedup line says what it compares: not micrograd, pygrad's own slow engine.
     assert "replay tier vs pygrad's pure-Python reference engine (pygrad.reference" in out
-    assert "same losses bit for bit: True" in out
-    assert "an estimate from 1 step)" in out          # the budget bounds the slow engine
+    # Not even one full step fits the budget: a probe on a quarter of the rows,
+    # a lower bound, and the C engine checked on the same rows.
+    assert "x faster; reference >= ~" in out
+    assert "ms/step, a lower bound (1 step on 25 of 100 rows, x4)\n" in out
+    assert "     >= ~" in out
+    assert "the C engine's loss on those rows bit for bit: True" in out
     assert "pip install micrograd to also time micrograd's own code" in out
     assert "spiral" not in out
     assert os.listdir(tmp_path) == []        # --no-plot writes nothing
+    _lines_fit(out)
+
+
+def test_cli_times_whole_steps_when_the_budget_allows(capsys, no_micrograd):
+    """A budget no step can overrun: the reference runs full steps, as many
+    as the tier trained (here 1), and its losses are the tier's bit for bit."""
+    assert demo.main(["--dataset", "moons", "--steps", "1", "--no-plot",
+                      "--reference-seconds", "1e9"]) == 0
+    out = capsys.readouterr().out
+    assert "x faster; reference ~" in out and "ms/step, the mean of 1 step\n" in out
+    assert "     same losses bit for bit: True\n" in out
+    assert "lower bound" not in out
+    _lines_fit(out)
+
+
+def _instant(rows_seen):
+    """A slow engine's stand-in: steps that cost nothing, recording their rows."""
+    def make(m):
+        rows_seen.append(m)
+        while True:
+            yield float(m)
+    return make
+
+
+def test_the_slow_engines_timing_stops_within_its_budget_or_probes():
+    seen = []
+    losses, per_step, used = demo._timed_steps("x", _instant(seen), 100, 0.0, io.StringIO())
+    assert (losses, used, seen) == ([25.0], 25, [25])     # the probe alone
+    seen = []
+    losses, per_step, used = demo._timed_steps("x", _instant(seen), 100, 1e9, io.StringIO(),
+                                               most=3)
+    assert (losses, used, seen) == ([100.0] * 3, 100, [25, 100])   # probe, then 3 full steps
+    assert per_step >= 0.0
+    assert demo._measured(10.0, 1, 25, 100) == (
+        ">= ~40 ms/step, a lower bound (1 step on 25 of 100 rows, x4)", ">= ~")
+    assert demo._measured(10.0, 3, 100, 100) == ("~10 ms/step, the mean of 3 steps", "~")
+    assert demo._measured(10.0, 1, 37, 150)[0].endswith("(1 step on 37 of 150 rows, x4.05)")
 
 
 def test_cli_times_micrograds_own_loop_against_the_same_loop_on_pygrad(capsys):
@@ -72,12 +124,17 @@ def test_cli_times_micrograds_own_loop_against_the_same_loop_on_pygrad(capsys):
     assert demo.main(["--dataset", "moons", "--steps", "2", "--no-plot",
                       "--reference-seconds", "0.001"]) == 0
     out = capsys.readouterr().out
-    line = [ln for ln in out.splitlines() if "micrograd's own demo loop" in ln]
-    assert len(line) == 1, out
-    assert "on micrograd.engine.Value vs unchanged on pygrad.Value: pygrad ~" in line[0]
-    assert "(estimate: micrograd ~" in line[0] and "ms/step from 1 step, pygrad ~" in line[0]
-    assert "from 5 steps)" in line[0]
-    assert line[0].endswith("same losses to 1e-12 (micrograd sums grads in another order): True")
+    assert "; about 1 s in all" in " ".join(out.split())      # three timings of 0.001 s
+    lines = out.splitlines()
+    at = [i for i, ln in enumerate(lines) if "micrograd's own demo loop" in ln]
+    assert len(at) == 1, out
+    head, ratio, same = lines[at[0]:at[0] + 3]
+    assert head.endswith("on micrograd.engine.Value vs unchanged on pygrad.Value:")
+    # pygrad did the same work as micrograd: one step on the probe's rows
+    assert ratio.startswith("     pygrad ~") and "x faster (micrograd ~" in ratio, ratio
+    assert ratio.endswith("ms/step, 1 step on 25 of the 100 rows)"), ratio
+    assert same == "     same losses to 1e-12 (micrograd sums grads in another order): True"
+    _lines_fit(out)
 
 
 def test_micrograds_loop_on_pygrad_gives_micrograds_losses():
@@ -114,7 +171,7 @@ def test_ctrl_c_prints_one_line_and_exits_130(capsys, tmp_path, monkeypatch, no_
     assert rc == 130
     out, err = capsys.readouterr()
     assert err == "interrupted\n"
-    assert out.startswith("== moons: 2 steps")
+    assert out.startswith("pygrad demo: moons") and "\n== moons: 2 steps" in out
     assert ("final loss" in out) == (where != "train")
 
 
@@ -190,6 +247,27 @@ def test_a_bad_out_is_one_line_and_exit_2_before_any_training(capsys, tmp_path, 
     assert (tmp_path / "afile").read_text() == "mine"      # the file is left alone
 
 
+@pytest.mark.parametrize("case", ["a file", "unwritable"])
+def test_a_bad_default_out_is_named_as_the_default(capsys, tmp_path, monkeypatch, case):
+    """No --out given: the message names the default folder, not an --out
+    the user never passed."""
+    if case == "a file":
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "pygrad-demo").write_text("mine")
+        says = "the default output folder ./pygrad-demo/ is a file, not a folder; pass --out DIR"
+    else:
+        if not os.path.isdir("/proc/self"):
+            pytest.skip("no /proc here")
+        monkeypatch.chdir("/proc/self")      # not writable, even as root
+        says = "the default output folder ./pygrad-demo/ is not writable ("
+    monkeypatch.setattr(demo, "_will_plot", lambda args: not args.no_plot)
+    assert demo.main(["--dataset", "moons"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith(f"pygrad: error: {says}"), err
+    assert "--out 'pygrad-demo'" not in err and err.endswith("pass --out DIR, or --no-plot\n")
+
+
 def test_out_is_not_checked_when_no_png_is_written(capsys, tmp_path, no_micrograd):
     afile = tmp_path / "afile"
     afile.write_text("mine")
@@ -258,8 +336,8 @@ def test_cli_version(capsys):
 
 def test_cli_batched_tier_says_how_close_it_is(capsys, tmp_path, monkeypatch, no_micrograd):
     monkeypatch.chdir(tmp_path)
-    assert demo.main(["--dataset", "moons", "--steps", "3", "--no-plot", "--tier", "batched",
-                      "--reference-seconds", "0.001"]) == 0
+    assert demo.main(["--dataset", "moons", "--steps", "1", "--no-plot", "--tier", "batched",
+                      "--reference-seconds", "1e9"]) == 0
     out = capsys.readouterr().out
     assert "same losses to 1e-12 (batched: sums over rows in row order): True" in out
     assert "bit for bit" not in out

@@ -11,7 +11,7 @@
   a signature must match the code's parameters and defaults.
 - The blocks of one page run in order in one namespace.  A ``print(...)``
   line ending in ``# -> text`` must print exactly ``text``.  Blocks that
-  import micrograd (not a test dependency) run on their own, each in a fresh
+  import micrograd (the test extra brings it) run on their own, each in a fresh
   namespace, when micrograd is installed.
 - Links to ``#anchors`` point to existing headings.
 - The guides (the API reference, the "coming from" pages, scaling out) each

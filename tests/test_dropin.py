@@ -403,7 +403,7 @@ def test_custom_ops_added_as_methods_train_as_on_the_reference_bit_for_bit():
     try:
         from micrograd.engine import Value as MicroValue
     except ImportError:
-        return                 # micrograd is a benchmark extra; the reference is the oracle
+        return                 # micrograd comes with the test extra; the reference is the oracle
     theirs = _lecture_custom_training(MicroValue)
     assert ours[0] == pytest.approx(theirs[0], rel=1e-12, abs=1e-12)
     assert ours[1] == pytest.approx(theirs[1], rel=1e-12, abs=1e-12)

@@ -1,6 +1,7 @@
 """How pygrad is found at import: a source tree without its core, another
 project's files mixed into the package, a star import, and a production core
 without the test hooks."""
+import os
 import pathlib
 import shutil
 import subprocess
@@ -19,16 +20,57 @@ def _copy_package(to: pathlib.Path, with_core: bool) -> pathlib.Path:
     return to / "pygrad"
 
 
-def test_an_unbuilt_checkout_that_shadows_an_installed_pygrad_says_so_once(tmp_path):
-    """`python -m pygrad` (or `python -m pytest`) started in a checkout after a
-    plain `pip install .`: one ImportError naming both copies, no chained
-    'circular import' error."""
+def _unbuilt_checkout_and_installed_copy(tmp_path: pathlib.Path, installed_core: bool = True):
     checkout = tmp_path / "checkout"
     _copy_package(checkout, with_core=False)
     (checkout / "csrc").mkdir()
     (checkout / "csrc" / "cffi_build.py").write_text("")
     site = tmp_path / "site"
-    _copy_package(site, with_core=True)
+    _copy_package(site, with_core=installed_core)
+    return checkout, site
+
+
+def _dependencies() -> str:
+    """Where cffi's backend and numpy are, for a `python -S` that loads the
+    built copy (after that copy: a wheel-installed pygrad may be there too)."""
+    import _cffi_backend
+    import numpy
+    return os.pathsep.join(sorted({os.path.dirname(_cffi_backend.__file__),
+                                   os.path.dirname(os.path.dirname(numpy.__file__))}))
+
+
+def test_python_m_pygrad_in_an_unbuilt_checkout_runs_the_installed_copy(tmp_path):
+    """The README's Quick start (`pip install .` in a checkout) leaves the
+    user in the checkout, whose unbuilt pygrad/ comes first on sys.path for
+    `python -m pygrad`: the installed copy runs instead, saying so once."""
+    checkout, site = _unbuilt_checkout_and_installed_copy(tmp_path)
+    env = {"PYTHONPATH": f"{site}{os.pathsep}{_dependencies()}"}
+    out = subprocess.run([sys.executable, "-S", "-m", "pygrad", "--version"], cwd=checkout,
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"pygrad {pygrad.__version__}\n"
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(f"pygrad: note: {checkout / 'pygrad'} (this source tree) has "
+                                 f"no built C core; using the installed pygrad at "
+                                 f"{site / 'pygrad'}."), out.stderr
+    assert "python -m pip install -e ." in out.stderr
+    code = ("import sys, pygrad, pygrad.nn\n"
+            "from pygrad import Value\n"
+            "assert sys.modules['pygrad'] is pygrad and pygrad.nn.MLP(2, [3, 1])\n"
+            "print(pygrad.__file__, pygrad.engine.__file__, pygrad._install_check.__file__)\n"
+            "v = Value(3.0) * Value(2.0); v.backward(); print(v.data)\n")
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=checkout,
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    files, data = out.stdout.splitlines()
+    assert all(f.startswith(str(site / "pygrad") + "/") for f in files.split()), files
+    assert data == "6.0"
+
+
+def test_an_unbuilt_checkout_over_an_unbuilt_copy_says_so_once(tmp_path):
+    """What shadows the checkout is not a built pygrad-autograd: one
+    ImportError naming both copies, no chained 'circular import' error."""
+    checkout, site = _unbuilt_checkout_and_installed_copy(tmp_path, installed_core=False)
     out = subprocess.run([sys.executable, "-S", "-c", "import pygrad"], cwd=checkout,
                          capture_output=True, text=True, env={"PYTHONPATH": str(site)})
     assert out.returncode == 1
@@ -38,6 +80,17 @@ def test_an_unbuilt_checkout_that_shadows_an_installed_pygrad_says_so_once(tmp_p
     assert last.startswith("ImportError: pygrad's C core"), last
     assert f"an installed pygrad is at {site / 'pygrad'}" in last, last
     assert str(checkout) in last and "pip install -e ." in last
+
+
+def test_an_unbuilt_checkout_alone_says_how_to_build_it(tmp_path):
+    checkout, _ = _unbuilt_checkout_and_installed_copy(tmp_path)
+    out = subprocess.run([sys.executable, "-S", "-m", "pygrad", "--version"], cwd=checkout,
+                         capture_output=True, text=True, env={})
+    assert out.returncode == 1
+    last = out.stderr.strip().splitlines()[-1]
+    assert last == (f"ImportError: pygrad's C core (pygrad._core) is not built in this copy of "
+                    f"pygrad ({checkout / 'pygrad'}): build it with `python -m pip install -e .` "
+                    f"in the repository."), last
 
 
 def test_another_projects_pygrad_nn_in_the_package_is_refused_by_name(tmp_path):
@@ -100,3 +153,39 @@ def test_a_production_core_carries_no_fault_injection():
     for symbol in ("pg_fail_alloc", "pg_fail_unmap", "pg_limit_segments",
                    "pg_alloc_fails", "pg_unmap_fails", "pg_test_hooks_lock"):
         assert not hasattr(core, symbol), symbol
+
+
+def test_a_failed_compile_says_what_to_do_then_fails_as_before(capsys):
+    """`pip install .` without a C compiler: setup.py's build_ext prints how
+    to do without one (the wheel route) and re-raises the compiler's error,
+    so that pip still fails."""
+    import runpy
+    setup_py = pathlib.Path(__file__).resolve().parent.parent / "setup.py"
+    if not setup_py.exists():
+        pytest.skip("no setup.py beside the tests")
+    errors = pytest.importorskip("setuptools.errors")
+    if not hasattr(errors, "CompileError"):     # before setuptools 59; pip builds with >= 77
+        pytest.skip(f"setuptools {pytest.importorskip('setuptools').__version__} is older than "
+                    f"pyproject.toml's build requirement")
+    wrap = runpy.run_path(str(setup_py), run_name="not_main")["build_ext_saying_what_to_do"]
+    failure = errors.CompileError("command '/nonexistent/cc' failed: No such file or directory")
+
+    class NoCompiler:
+        def run(self):
+            raise failure
+
+    class Compiles:
+        def run(self):
+            print("built")
+
+    with pytest.raises(errors.CompileError) as exc:
+        wrap(NoCompiler)().run()
+    assert exc.value is failure
+    err = capsys.readouterr().err
+    assert err.startswith("\npygrad: compiling the C core failed (command '/nonexistent/cc' "
+                          "failed: No such file or directory).\n"), err
+    flat = " ".join(err.split())
+    assert "needs a C compiler" in flat and "`bash .ci/wheel` builds one into dist/" in flat
+    assert "`pip install dist/*.whl`" in flat and "needs no compiler" in flat
+    wrap(Compiles)().run()
+    assert capsys.readouterr() == ("built\n", "")

@@ -70,6 +70,30 @@ def test_the_ci_commands_block_is_the_two_commands():
     assert '".[test' in tests, "the test command installs the test extra"
 
 
+def test_the_first_paragraph_names_every_import_to_swap():
+    """micrograd's demo uses micrograd.nn too, whose layers build micrograd
+    Values: swapping only the Value import breaks it.  The first paragraph
+    names both swaps, the ones examples/08_micrograd_port.py makes (and
+    tests/test_examples.py checks against micrograd itself)."""
+    import re
+    first = " ".join(TEXT.split("\n\n")[1].split())
+    assert "`from micrograd.engine import Value` to `from pygrad import Value`" in first, first
+    assert "`from micrograd.nn import MLP` to `from pygrad.nn import MLP`" in first, first
+    port = (ROOT / "examples" / "08_micrograd_port.py").read_text(encoding="utf-8")
+    swapped = set(re.findall(r"^#   from micrograd\.(\w+) import (\w+)$", port, re.M))
+    assert swapped == {("engine", "Value"), ("nn", "MLP")}, swapped
+
+
+def test_the_readme_test_command_brings_micrograd_for_the_dropin_tests():
+    """The tests that compare against micrograd itself skip without it: the
+    `test` extra that the README's command installs brings it (pinned)."""
+    import re
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    extra = re.search(r"^test = \[(.*?)\]$", pyproject, re.S | re.M)
+    assert extra, "pyproject.toml has no test extra"
+    assert '"micrograd==0.1.0"' in extra.group(1), extra.group(1)
+
+
 def test_the_readme_has_the_dropin_table_and_the_tiers():
     table = _section("Coming from micrograd")
     assert "| micrograd | pygrad | note |" in table
