@@ -9,12 +9,16 @@ Each path is written as micrograd users write it, and run on
 ``pip install micrograd``) in this one process, alternating, each timing
 the median of several repeats.  The table gives pygrad's time over
 micrograd's (lower is better) and the target of issue 24; for the field
-paths, also the floor: a class whose ``data``/``grad`` are properties
-around one cffi call each, the least a Value with its numbers in C costs;
-for the first ``_prev`` walk, what each node's new Value must cost before
-any walking (an object, a claim on its node, a weak registry entry); for
-a custom op, the closures and their field accesses with one call into C
-per node made and per closure run, and no bookkeeping.
+paths, also the floor: a class holding a node (``ffi.new("pg_node[1]")``)
+whose ``data``/``grad`` are properties around one cffi call each, the
+least a Value with its numbers in C costs; for the first ``_prev`` walk,
+what the first read of each node's ``_prev`` must make before any walking
+(the set of its children, from the operands its Value holds, and for a
+child that has no Value, a number's leaf, a new object holding that
+child's keep: its pointer, from one cffi call, and the keep above); for a
+custom op, the closures and their field accesses with one node allocation
+and one call into C per node made, one call per closure run, and no
+bookkeeping.
 
 With ``--heap``, the table gains a column: the same pygrad paths while 2M
 small Python objects are alive (as in a notebook holding a dataset), over
@@ -27,7 +31,7 @@ import random
 import statistics
 import sys
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Set, Tuple
 
 import pygrad
 import pygrad.nn
@@ -41,27 +45,40 @@ except ImportError:           # pragma: no cover - the table needs micrograd
 ENGINES = {"pygrad": (pygrad.Value, pygrad.nn), "micrograd": (micrograd.engine.Value, micrograd.nn)}
 
 
+_ffi, _lib = pygrad._core.ffi, pygrad._core.lib
+_NODE = _ffi.typeof("pg_node[1]")
+_new = object.__new__
+
+
+def floor_node(x: float) -> Any:
+    """A leaf node in memory Python owns, as pygrad's own leaves are."""
+    node = _ffi.new(_NODE)
+    _lib.pg_leaf(node, x)
+    return node
+
+
 class FloorValue:
     """What bounds the field paths: the least a Value whose numbers live in
     C can do, a property around one cffi call per ``data``/``grad`` access
-    (``_op`` and ``label`` are properties returning a slot)."""
+    on the node it holds (``_op`` and ``label`` are properties returning a
+    constant)."""
 
-    __slots__ = ("_h",)
+    __slots__ = ("_node",)
 
-    def __init__(self, h: int) -> None:
-        self._h = h
+    def __init__(self, node: Any) -> None:
+        self._node = node
 
-    def _get_data(self, _get: Any = pygrad._core.lib.pg_data) -> float:
-        return _get(self._h)  # type: ignore[no-any-return]
+    def _get_data(self, _get: Any = _lib.pg_data) -> float:
+        return _get(self._node)
 
-    def _set_data(self, v: float, _put: Any = pygrad._core.lib.pg_set_data) -> None:
-        _put(self._h, v)
+    def _set_data(self, v: float, _put: Any = _lib.pg_set_data) -> None:
+        _put(self._node, v)
 
-    def _get_grad(self, _get: Any = pygrad._core.lib.pg_grad) -> float:
-        return _get(self._h)  # type: ignore[no-any-return]
+    def _get_grad(self, _get: Any = _lib.pg_grad) -> float:
+        return _get(self._node)
 
-    def _set_grad(self, v: float, _put: Any = pygrad._core.lib.pg_set_grad) -> None:
-        _put(self._h, v)
+    def _set_grad(self, v: float, _put: Any = _lib.pg_set_grad) -> None:
+        _put(self._node, v)
 
     def _name(self) -> str:
         return ""
@@ -72,31 +89,41 @@ class FloorValue:
     label = property(_name)
 
 
-class FloorNodeValue:
-    """What bounds the first ``_prev`` walk: a Value made for a node whose
-    Value was dropped must hold its node (a claim: one cffi allocation and
-    one call) and be findable by handle later (a weak registry entry), so
-    that the next walk meets the same object.  No walking is counted."""
+class FloorLeafValue:
+    """A Value made for a node that has none (a number's leaf, met by the
+    first ``_prev`` read of its parent): an object holding the node's keep,
+    its pointer and the keep above it."""
 
-    __slots__ = ("_h", "_s", "__weakref__")
+    __slots__ = ("_pg_keep",)
+    _pg_keep: tuple
 
 
-def floor_first_walk(handles: List[int]) -> Callable[[], Any]:
-    """For each node: a new FloorNodeValue, its claim, its registry entry."""
-    from weakref import ref
-    new_claim = pygrad._lifetime._new_claim
-    hold = pygrad._core.lib.pg_hold
+def floor_first_walk(values: List[Any]) -> Callable[[], Any]:
+    """What bounds the first ``_prev`` walk, over pygrad's own Values: for
+    each node, the set of its children made from the operands its Value
+    holds, and for a child without a Value (a number's leaf) a new
+    FloorLeafValue over its pointer (one call: ``pg_kid``).  Which child
+    that is was found beforehand; no walking is counted."""
+    kid = _lib.pg_kid
+    records = []
+    for v in values:
+        keep = v._pg_keep
+        kids = [_lib.pg_kid(keep[0], i) for i in range(_lib.pg_nkids(keep[0]))]
+        operands = tuple({id(x): x for x in (v._pg_a, v._pg_b)
+                          if isinstance(x, pygrad.Value) and x._pg_keep[0] in kids}.values())
+        held = {x._pg_keep[0] for x in operands}
+        missing = tuple(i for i, p in enumerate(kids) if p not in held)
+        records.append((operands, missing, keep))
 
     def make() -> Any:
-        registry = {}
         made = []
-        for h in handles:
-            v = object.__new__(FloorNodeValue)
-            v._h = h
-            v._s = claim = new_claim("pg_claim *")
-            hold(claim, h)
-            registry[h] = ref(v)
-            made.append(v)
+        for operands, missing, keep in records:
+            kids: Set[Any] = set(operands)
+            for i in missing:
+                leaf = _new(FloorLeafValue)
+                leaf._pg_keep = (kid(keep[0], i), keep)
+                kids.add(leaf)
+            made.append(kids)
         return made
     return make
 
@@ -106,20 +133,24 @@ class FloorCustomValue(FloorValue):
     and the operands, no bookkeeping."""
 
     __slots__ = ("_backward", "_hold")
+    _backward: Callable[[], None]
+    _hold: tuple
 
 
-def floor_custom(handles: List[int]) -> Callable[[], Any]:
-    """The custom-op path with only what any cffi design must do: one call
-    into C to make each node and one to resume the sweep at each closure;
-    the closures run in Python, reading and writing through FloorValue's
-    properties.  The nodes are existing leaves, so nothing is made."""
+def floor_custom() -> Callable[[], Any]:
+    """The custom-op path with only what any cffi design must do: the new
+    node's memory (``ffi.new``) and one call into C that fills it, and one
+    call (a node pointer, as resuming the sweep takes) at each closure; the
+    closures run in Python, reading and writing through FloorValue's
+    properties.  The nodes are leaves: C links no children."""
     import math
-    alive = pygrad._core.lib.pg_alive      # a call of the cost of pg_custom1
+    alloc, leaf, resume = _ffi.new, _lib.pg_leaf, _lib.pg_flags
 
-    def tanh(x: Any, h: int) -> Any:
+    def tanh(x: Any) -> Any:
         t = math.tanh(x.data)
-        alive(x._h)
-        out = FloorCustomValue(h)
+        node = alloc(_NODE)
+        leaf(node, t)
+        out = FloorCustomValue(node)
         out._hold = (x,)
 
         def _backward() -> None:
@@ -128,12 +159,12 @@ def floor_custom(handles: List[int]) -> Callable[[], Any]:
         return out
 
     def custom() -> None:
-        made = [FloorCustomValue(handles[0])]
-        for h in handles[1:101]:
-            made.append(tanh(made[-1], h))
+        made = [FloorCustomValue(floor_node(0.3))]
+        for _ in range(100):
+            made.append(tanh(made[-1]))
         made[-1].grad = 1.0
         for v in reversed(made[1:]):
-            alive(v._h)
+            resume(v._node)
             v._backward()
     return custom
 
@@ -143,8 +174,7 @@ _keep: List[Any] = []
 
 def floor_paths() -> Dict[str, Tuple[Callable[[], Any], int]]:
     """The field paths on FloorValue, over pygrad's own nodes."""
-    held = [pygrad.Value(random.random()) for _ in range(2000)]
-    values = [FloorValue(v._h) for v in held]
+    values = [FloorValue(floor_node(random.random())) for _ in range(2000)]
     params = values[:337]
 
     def reads() -> float:
@@ -160,12 +190,11 @@ def floor_paths() -> Dict[str, Tuple[Callable[[], Any], int]]:
         for p in params:
             p.data += -0.01 * p.grad
             p.grad = 0
-    _keep.append(held)                # the Values that hold the floor's nodes
     kept = graph(pygrad.Value, 500)
-    nodes = [v._h for v in walk(kept)]
+    nodes = walk(kept)                # the first walk's own Values, before it
     _keep.append(kept)
     return {"first _prev walk (per node)": (floor_first_walk(nodes), len(nodes)),
-            "custom op, build + backward (per op)": (floor_custom([v._h for v in held]), 100),
+            "custom op, build + backward (per op)": (floor_custom(), 100),
             "v.data / v.grad / v._op / v.label reads (per Value)": (reads, len(values)),
             "update loop p.data += -lr*p.grad; p.grad = 0 (per parameter)": (update,
                                                                               len(params))}
@@ -322,7 +351,7 @@ def time_path(entry: Any, repeats: int) -> float:
 def measure(repeats: int) -> Dict[str, Dict[str, float]]:
     random.seed(0)
     built = {name: paths(*ENGINES[name]) for name in ENGINES}
-    built["floor"] = floor_paths()     # type: ignore[assignment]
+    built["floor"] = floor_paths()
     out: Dict[str, Dict[str, float]] = {name: {} for name in built}
     for path in TARGETS:
         for _ in range(2):          # alternate, so drift hits every engine alike

@@ -27,8 +27,8 @@ op); it is timed forward only, interleaved with the engines, and the
 report gives pygrad's eager forward as a multiple of it.  The "floor + one
 cffi call" row is the same objects, each op also making the call into the
 C core that pygrad's op makes (same entry point, same argument count), but
-with handle 0, which names no node: the core refuses it at once (after
-taking its lock):
+with NULL for the node memory and the children: the core refuses it at
+once (PG_E_ARG), and no node is made:
 what any Value that makes one cffi API-mode call per op must at least cost.
 
 For each engine and workload, every repeat builds a fresh graph (forward),

@@ -32,8 +32,9 @@ raises the recursion limit where a case backpropagates a long chain.
               against before it was built; after a ``gc.collect()`` (mb_after:
               micrograd's nodes are in cycles through their ``_backward``
               closures, so only a collection frees them); and after the next
-              leaf (mb_next: pygrad's owner table gives its room back when
-              pygrad next runs Python, a leaf or a backward()).
+              leaf (mb_next: under issue 38's design an owner table gave its
+              room back only when pygrad next ran Python; now a node's memory
+              goes with its last keep, so mb_next should match mb_after).
   prev_walk   the first topological walk over ``_prev`` of a 20,000-node
               graph (micrograd's build_topo, iterative): µs per node.
   lecture     micrograd's lecture-style manual backward over that graph
@@ -185,7 +186,7 @@ elif case == "free_2m":
     del y
     rss_del, _ = statm()
     gc.collect(); rss1, _ = statm()
-    Value(0.0)        # pygrad runs Python again: its owner table gives its room back
+    Value(0.0)        # pygrad runs Python again (issue 38's owner table freed only then)
     rss2, _ = statm()
     out = {"mb_del": (rss_del - rss0) / 2**20, "mb_after": (rss1 - rss0) / 2**20,
            "mb_next": (rss2 - rss0) / 2**20}

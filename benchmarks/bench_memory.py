@@ -9,13 +9,16 @@ scenarios at 20 / 60 / 20 / 5 steps.
 
 Part 1 builds y <- y * w + c (two C nodes a round) until the graph has
 10,000,000 nodes, backpropagates, and drops it: wall time of each phase,
-live C nodes, resident memory (RSS) before, at the peak, and after.  The
-peak is the process's high-water mark (getrusage), read in a fresh process
-where this graph is the only big thing.
+the nodes built (counted by construction), RSS per node (node, keep and
+Value), and resident memory (RSS) before, built, at the peak, after the
+drop, and after glibc's malloc_trim(0) (what malloc keeps for reuse after
+the free is no live node).  The peak is the process's high-water mark
+(getrusage), read in a fresh process where this graph is the only big
+thing.
 
 Part 2 trains micrograd's moons MLP for 2,000 SGD steps on minibatches of
-10 (tests/training.py, eager and replay tiers) and prints RSS and live C
-nodes at steps 200 and 2,000 (tests/test_memory.py asserts < 5% apart).
+10 (tests/training.py, eager and replay tiers) and prints RSS at steps 200
+and 2,000, which should be within a few percent of each other.
 
 Part 3, kept Values: four scenarios written as a micrograd user writes them
 (only + * ** relu, and custom ops as ``Value(data, (children,), op)`` with a
@@ -33,12 +36,16 @@ micrograd (when importable), with the same data and seeds:
       (40 steps; micrograd takes ~1 s a step).
 
 Each (scenario, engine) runs in a fresh process (this file with --worker):
-one warm-up step, then gc.collect() (and pygrad.engine.settle()) and the
-baseline; then the scenario, timed; then gc.collect() (and settle()) again.
-It reports RSS growth (/proc/self/statm), for pygrad the growth of live C
-nodes (lib.pg_live_nodes()), and the wall time, in one markdown table with
-the nodes reachable from the kept Values (counted on the reference engine)
-and pygrad's RSS growth over micrograd's.
+one warm-up step, then gc.collect() and the baseline; then the scenario,
+timed; then gc.collect() again.  It reports RSS growth (/proc/self/statm)
+and the wall time, in one markdown table with the nodes reachable from the
+kept Values (counted on the reference engine) and pygrad's RSS growth over
+micrograd's.
+
+No figure counts live C nodes: C keeps no record of them (Python owns every
+node, pygrad/_lifetime.py), and counting them from Python's side means
+wrapping the node allocator (tests/internals.py), which would add to the
+times and the RSS measured here; RSS shows what the nodes cost.
 """
 import argparse
 import gc
@@ -72,7 +79,7 @@ def big_graph(nodes: int) -> None:
     w, c = Value(0.5), Value(1.0)
     Value(0.0).backward()
     gc.collect()
-    base_nodes, base_rss = lib.pg_live_nodes(), rss_mib()
+    base_rss = rss_mib()
     t0 = time.perf_counter()
     y = Value(0.0)
     for _ in range(nodes // 2):
@@ -80,18 +87,33 @@ def big_graph(nodes: int) -> None:
     t1 = time.perf_counter()
     y.backward()
     t2 = time.perf_counter()
-    built, built_rss = lib.pg_live_nodes() - base_nodes, rss_mib()
+    built, built_rss = 1 + 2 * (nodes // 2), rss_mib()   # the first y, then * and + a round
     del y
     gc.collect()
     t3 = time.perf_counter()
     print(f"graph of {built:,} C nodes ({lib.pg_node_size()} B each = "
-          f"{built * lib.pg_node_size() / 2**20:,.0f} MiB of nodes)")
+          f"{built * lib.pg_node_size() / 2**20:,.0f} MiB of node memory; "
+          f"{(built_rss - base_rss) * 2**20 / built:,.0f} B of RSS per node with its keep "
+          f"and Value)")
     print(f"  build    {t1 - t0:7.2f} s  ({(t1 - t0) / built * 1e9:5.0f} ns/node, Python loop)")
     print(f"  backward {t2 - t1:7.3f} s  ({(t2 - t1) / built * 1e9:5.1f} ns/node)")
     print(f"  free     {t3 - t2:7.3f} s  ({(t3 - t2) / built * 1e9:5.1f} ns/node)")
     print(f"  RSS: {base_rss:,.0f} MiB before, {built_rss:,.0f} MiB built, "
-          f"peak {peak_rss_mib():,.0f} MiB, {rss_mib():,.0f} MiB after the drop; "
-          f"live nodes after: {lib.pg_live_nodes() - base_nodes:+,}")
+          f"peak {peak_rss_mib():,.0f} MiB, {rss_mib():,.0f} MiB after the drop"
+          f"{trimmed_rss()}")
+
+
+def trimmed_rss() -> str:
+    """RSS once glibc gives its free heap back (malloc_trim): the nodes'
+    memory is malloc's (ffi.new), and what malloc keeps after a free is no
+    live node.  Empty where there is no glibc."""
+    try:
+        import ctypes
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return ""
+    trim(0)
+    return f", {rss_mib():,.0f} MiB after malloc_trim(0)"
 
 
 def training(steps: int) -> None:
@@ -102,11 +124,11 @@ def training(steps: int) -> None:
         def sample(k: int) -> None:
             if k in (steps // 10, steps):
                 gc.collect()
-                samples[k] = (lib.pg_live_nodes(), rss_mib())
+                samples[k] = rss_mib()
         train_moons(moons_model(0, tier), 0, tier, steps=steps, batch=10, after_step=sample)
-        (n0, r0), (n1, r1) = samples[steps // 10], samples[steps]
-        print(f"{tier:>6}: step {steps // 10}: {r0:6.1f} MiB RSS, {n0:,} live nodes; "
-              f"step {steps}: {r1:6.1f} MiB, {n1:,} nodes ({(r1 - r0) / r0:+.2%})")
+        r0, r1 = samples[steps // 10], samples[steps]
+        print(f"{tier:>6}: step {steps // 10}: {r0:6.1f} MiB RSS; "
+              f"step {steps}: {r1:6.1f} MiB ({(r1 - r0) / r0:+.2%})")
 
 
 # -- part 3: kept Values, side by side with micrograd -----------------------------
@@ -232,30 +254,20 @@ def scenario_worker(name: str, engine_name: str, quick: bool) -> None:
     sys.setrecursionlimit(100_000)           # micrograd's backward recurses graph-deep
     V, make_mlp = load_engine(engine_name)
     on_c = engine_name.startswith("pygrad")
-    from pygrad import engine
-
-    def collect() -> None:
-        gc.collect()
-        if on_c:
-            engine.settle()
-
     step, setup = scenario(name, V, make_mlp)
     step(None)                               # warm-up
-    collect()
-    rss0, nodes0 = rss_mib(), lib.pg_live_nodes()
+    gc.collect()
+    rss0 = rss_mib()
     kept: List[Any] = []
     t0 = time.perf_counter()
-    for _ in range(SCENARIOS[name][2 if quick else 1]):
+    _, full, small = SCENARIOS[name]
+    for _ in range(small if quick else full):
         step(kept)
     seconds = time.perf_counter() - t0
     gc.collect()
-    unsettled = lib.pg_live_nodes() - nodes0
-    collect()
     result: Dict[str, Any] = {"rss": rss_mib() - rss0, "seconds": seconds, "kept": len(kept),
                               "last": kept[-1].data if kept else None}
-    if on_c:
-        result.update(nodes=lib.pg_live_nodes() - nodes0, nodes_before_settle=unsettled)
-    else:
+    if not on_c:
         result.update(reachable=reachable(kept, setup))
     print("RESULT " + json.dumps(result))
 
@@ -300,20 +312,17 @@ def kept_values(quick: bool) -> None:
         return f"{p['rss'] / m['rss']:.2f}"
 
     print("\nRSS growth (MiB) after gc.collect(), each run in a fresh process after a warm-up "
-          "step; pygrad's live C nodes after gc.collect() and pygrad.engine.settle(); "
-          "kept = nodes reachable from the kept Values (reference engine); seconds: "
+          "step; kept = nodes reachable from the kept Values (reference engine); seconds: "
           "pygrad / pygrad fused / reference / micrograd.\n")
-    print("| scenario | kept | pygrad MiB | pygrad live C nodes | pygrad fused MiB (nodes) "
+    print("| scenario | kept | pygrad MiB | pygrad fused MiB "
           "| reference MiB | micrograd MiB | pygrad / micrograd RSS | seconds |")
-    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|")
     for name, (label, full, small) in SCENARIOS.items():
         fused = cell(name, "pygrad fused", "rss", "+.1f")
-        if "nodes" in results.get((name, "pygrad fused"), {}):
-            fused += f" ({results[name, 'pygrad fused']['nodes']:+,})"
         seconds = " / ".join(cell(name, e, "seconds", ".1f") for e in ENGINES)
         print(f"| {name}: {label.format(n=small if quick else full)} "
               f"| {cell(name, 'reference', 'reachable', ',')} | {cell(name, 'pygrad', 'rss', '+.1f')} "
-              f"| {cell(name, 'pygrad', 'nodes', '+,')} | {fused} "
+              f"| {fused} "
               f"| {cell(name, 'reference', 'rss', '+.1f')} | {cell(name, 'micrograd', 'rss', '+.1f')} "
               f"| {ratio(name)} | {seconds} |")
     # The same work on every engine: the last kept number agrees.
@@ -330,7 +339,8 @@ def main() -> None:
     parser.add_argument("--worker", nargs=2, metavar=("SCENARIO", "ENGINE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        scenario_worker(*args.worker, quick=args.quick)
+        name, engine_name = args.worker
+        scenario_worker(name, engine_name, quick=args.quick)
         return
     if args.part in ("all", "graph"):
         big_graph(1_000_000 if args.quick else 10_000_000)
