@@ -171,6 +171,9 @@ int pg_record_order(pg_node *const *roots, uint32_t nroots, pg_node ***order, si
 
 void pg_sweep_clear(pg_sweep *s) {
     if (s == NULL) return;
+    /* A sweep whose pg_sweep_restore never ran (an exception at the wrong
+     * instruction of Python's `finally`) is restored when Python frees it. */
+    pg_sweep_restore(s);
     free(s->order);
     free(s->saved);
     s->order = NULL;
@@ -204,7 +207,7 @@ void pg_sweep_restore(pg_sweep *s) {
         }
         s->done = 1;
     }
-    if (s->locked) {
+    if (s->locked && sweep_depth > 0) {     /* only the thread that holds it */
         s->locked = 0;
         sweep_release();
     }
