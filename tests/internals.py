@@ -19,12 +19,20 @@ _real_alloc = _engine._alloc
 _node_types = {ffi.typeof("pg_node[1]"), ffi.typeof("pg_node[2]"), ffi.typeof("pg_node[]")}
 
 
+_prune_at = [1 << 16]      # the list's length that next prunes it (doubling: linear in all)
+
+
+def _prune() -> None:
+    _arrays[:] = [(r, n) for r, n in _arrays if r() is not None]
+    _prune_at[0] = max(1 << 16, 2 * len(_arrays))
+
+
 def _tracked_alloc(ctype: Any, *init: Any) -> Any:
     cdata = _real_alloc(ctype, *init)
     if ctype in _node_types:
         _arrays.append((weakref.ref(cdata), ffi.sizeof(cdata) // _NODE_BYTES))
-        if len(_arrays) > 1 << 16 and len(_arrays) & 0xFFF == 0:
-            _arrays[:] = [(r, n) for r, n in _arrays if r() is not None]
+        if len(_arrays) >= _prune_at[0]:
+            _prune()
     return cdata
 
 
@@ -33,7 +41,7 @@ _engine._alloc = _tracked_alloc
 
 def live_nodes() -> int:
     """C nodes alive now: in node arrays that Python has not freed."""
-    _arrays[:] = [(r, n) for r, n in _arrays if r() is not None]
+    _prune()
     return sum(n for _, n in _arrays)
 
 
