@@ -312,6 +312,7 @@ _D_PY_BACKWARD = lib.PG_F_PY_BACKWARD << 8
 _describe = lib.pg_describe
 _CUSTOM = lib.PG_OP_CUSTOM
 _node_backward = lib.pg_node_backward
+_BINARY = frozenset(op.code for op in _ops.OPS if op.arity == 2)
 _OP_NAMES: Tuple[Optional[str], ...] = tuple(
     None if op.code in (lib.PG_OP_POWK, lib.PG_OP_LINEAR, lib.PG_OP_CUSTOM, lib.PG_OP_FUNCTION)
     else op.name for op in _ops.OPS)
@@ -532,13 +533,17 @@ class Value(_ValueBase):
         except AttributeError:
             pass
         # The common case first: an op's Value holds both its operands (a
-        # unary op's twice), which are its node's children.
+        # unary op's twice), whose keeps its own keep holds, in child order:
+        # those are its node's children.
         keep = self._pg_keep
         a = getattr(self, "_pg_a", None)
         b = getattr(self, "_pg_b", None)
-        if isinstance(a, Value) and isinstance(b, Value) and \
-                {_node_of(a), _node_of(b)} == _child_nodes(keep[0]):
+        if isinstance(a, Value) and isinstance(b, Value) and _holds_operands(keep, a, b):
             kids = _Children((a, b))
+        elif isinstance(a, Value) and b is None and _holds_operands(keep, a, a) \
+                and _describe(keep[0]) & _D_OP in _BINARY:
+            # an op with a number: the number's leaf is the node after it
+            kids = _Children((a, _wrap(Value, within(keep, keep[0] + 1), None, None)))
         else:
             kids = _Children(_kids_of(self))
         _set_kids(self, kids)       # children refer to no parent: no cycle
@@ -572,7 +577,9 @@ class Value(_ValueBase):
             fn = self.__dict__.get("_backward")
             if fn is not None:
                 return fn                       # None: micrograd's `lambda: None`
-        return functools.partial(_run_rule, keep)   # it holds what the rule touches
+        rule: Any = functools.partial(_node_backward, keep[0])
+        rule.keep = keep            # it holds what the rule touches
+        return rule
 
     @_backward.setter
     def _backward(self, fn: Callable[[], None]) -> None:
@@ -693,14 +700,15 @@ class _Children(set):
     __ior__ = __iand__ = __isub__ = __ixor__ = _fixed  # type: ignore[assignment]
 
 
-def _run_rule(keep: tuple) -> None:
-    """A C node's gradient rule, as its ``_backward`` (micrograd code may
-    call it in a topological loop of its own)."""
-    _node_backward(keep[0])
-
-
-def _child_nodes(node: Any) -> "set[Any]":
-    return {lib.pg_kid(node, i) for i in range(lib.pg_nkids(node))}
+def _holds_operands(keep: Any, a: "Value", b: "Value") -> bool:
+    """Whether an op's keep holds its operands' keeps as they are now: a
+    binary op's (node, a's, b's), a unary op's (node, a's) with b a."""
+    if type(keep) is not tuple:
+        return False
+    ka = getattr(a, "_pg_keep", None)
+    if len(keep) == 3:
+        return keep[1] is ka and keep[2] is getattr(b, "_pg_keep", None)
+    return len(keep) == 2 and a is b and keep[1] is ka
 
 
 def _new_leaf(node: Any, data: Any) -> None:
