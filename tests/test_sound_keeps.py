@@ -175,9 +175,41 @@ def _custom_shared():
     return build
 
 
-def test_a_sweep_with_a_custom_op_and_another_over_shared_nodes_equal_one_serial_order():
+def _b_during_a(build, fail):
     """Thread A's sweep stops in its custom op's _backward (a chosen point)
-    until thread B's backward() over the shared nodes has returned: the
+    and lets thread B run backward() over the shared nodes (a fixed core
+    makes B wait for A's sweep: A then goes on after the bounded wait);
+    with ``fail``, A's closure then raises.  The shared nodes' grads."""
+    in_a, b_done = threading.Event(), threading.Event()
+
+    def hook():
+        in_a.set()
+        b_done.wait(2)
+        if fail:
+            raise KeyError("the closure fails")
+
+    x, s, ra, rb = build(hook)
+
+    def thread_b():
+        in_a.wait()
+        rb.backward()
+        b_done.set()
+
+    t = threading.Thread(target=thread_b)
+    t.start()
+    try:
+        if fail:
+            with pytest.raises(KeyError):
+                ra.backward()
+        else:
+            ra.backward()
+    finally:
+        t.join()
+    return x.grad, s.grad
+
+
+def test_a_sweep_with_a_custom_op_and_another_over_shared_nodes_equal_one_serial_order():
+    """A's sweep and B's, over shared nodes, with B started inside A's: the
     grads must be those of A then B, or of B then A."""
     build = _custom_shared()
 
@@ -187,54 +219,16 @@ def test_a_sweep_with_a_custom_op_and_another_over_shared_nodes_equal_one_serial
             (ra if r == "A" else rb).backward()
         return x.grad, s.grad
 
-    orders = {serial("AB"), serial("BA")}
-    in_a, b_done = threading.Event(), threading.Event()
-
-    def hook():
-        in_a.set()
-        b_done.wait(2)    # a fixed core makes B wait for A: then A goes on after 2 s
-
-    x, s, ra, rb = build(hook)
-
-    def thread_b():
-        in_a.wait()
-        rb.backward()
-        b_done.set()
-
-    t = threading.Thread(target=thread_b)
-    t.start()
-    ra.backward()
-    t.join()
-    assert (x.grad, s.grad) in orders
+    assert _b_during_a(build, fail=False) in {serial("AB"), serial("BA")}
 
 
 def test_a_failed_sweep_leaves_another_threads_backward_in_place():
-    """A's custom op raises after B's backward() over the shared nodes
-    returned (a chosen point): A's grads go back, B's stay, as B alone."""
+    """A's custom op raises after B's backward() over the shared nodes had
+    its chance: A's grads go back, B's stay, as B alone."""
     build = _custom_shared()
     x0, s0, _, rb0 = build()
     rb0.backward()
-    alone = (x0.grad, s0.grad)
-    in_a, b_done = threading.Event(), threading.Event()
-
-    def hook():
-        in_a.set()
-        b_done.wait(2)
-        raise KeyError("the closure fails")
-
-    x, s, ra, rb = build(hook)
-
-    def thread_b():
-        in_a.wait()
-        rb.backward()
-        b_done.set()
-
-    t = threading.Thread(target=thread_b)
-    t.start()
-    with pytest.raises(KeyError):
-        ra.backward()
-    t.join()
-    assert (x.grad, s.grad) == alone
+    assert _b_during_a(build, fail=True) == (x0.grad, s0.grad)
 
 
 # -- 2. another thread drops, resurrects and pickles Values meanwhile -------------------
