@@ -532,20 +532,32 @@ class Value(_ValueBase):
             return self._pg_kids
         except AttributeError:
             pass
-        # The common case first: an op's Value holds both its operands (a
-        # unary op's twice), whose keeps its own keep holds, in child order:
-        # those are its node's children.
+        # The common case first: an op's Value holds its operands (a unary
+        # op's twice), and its keep holds their keeps as they are now, in
+        # child order: those are its node's children.
         keep = self._pg_keep
-        a = getattr(self, "_pg_a", None)
-        b = getattr(self, "_pg_b", None)
-        if isinstance(a, Value) and isinstance(b, Value) and _holds_operands(keep, a, b):
-            kids = _Children((a, b))
-        elif isinstance(a, Value) and b is None and _holds_operands(keep, a, a) \
-                and _describe(keep[0]) & _D_OP in _BINARY:
-            # an op with a number: the number's leaf is the node after it
-            kids = _Children((a, _wrap(Value, within(keep, keep[0] + 1), None, None)))
-        else:
-            kids = _Children(_kids_of(self))
+        try:
+            a, b = self._pg_a, self._pg_b
+        except AttributeError:
+            a = b = None
+        if isinstance(a, Value) and type(keep) is tuple:
+            ka = getattr(a, "_pg_keep", None)
+            n = len(keep)
+            if n == 3 and keep[1] is ka and b is not None and keep[2] is getattr(b, "_pg_keep", None):
+                kids = _Children((a, b))
+                _set_kids(self, kids)       # children refer to no parent: no cycle
+                return kids
+            if n == 2 and keep[1] is ka:
+                if b is a:                  # a unary op
+                    kids = _Children((a,))
+                elif b is None and _describe(keep[0]) & _D_OP in _BINARY:
+                    # an op with a number: the number's leaf is the node after it
+                    kids = _Children((a, _wrap(Value, within(keep, keep[0] + 1), None, None)))
+                else:
+                    kids = _Children(_kids_of(self))
+                _set_kids(self, kids)
+                return kids
+        kids = _Children(_kids_of(self))
         _set_kids(self, kids)       # children refer to no parent: no cycle
         return kids
 
@@ -698,17 +710,6 @@ class _Children(set):
     add = discard = remove = pop = clear = update = _fixed
     difference_update = intersection_update = symmetric_difference_update = _fixed
     __ior__ = __iand__ = __isub__ = __ixor__ = _fixed  # type: ignore[assignment]
-
-
-def _holds_operands(keep: Any, a: "Value", b: "Value") -> bool:
-    """Whether an op's keep holds its operands' keeps as they are now: a
-    binary op's (node, a's, b's), a unary op's (node, a's) with b a."""
-    if type(keep) is not tuple:
-        return False
-    ka = getattr(a, "_pg_keep", None)
-    if len(keep) == 3:
-        return keep[1] is ka and keep[2] is getattr(b, "_pg_keep", None)
-    return len(keep) == 2 and a is b and keep[1] is ka
 
 
 def _new_leaf(node: Any, data: Any) -> None:
