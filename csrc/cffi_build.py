@@ -71,18 +71,31 @@ def entry_points() -> "list[str]":
 # leaf's Value, and an op's Value whose operands are untracked, leave the
 # collector: none of their references can hide a cycle from it (an op over
 # a tracked operand, such as a custom op, stays tracked, or the collector
-# would take a cycle below it for one held from outside).  These are the
-# only functions of the module that touch Python objects (by id(), with
-# the GIL); Python passes them only keeps and Values.
+# would take a cycle below it for one held from outside).
+#
+# An op's Value is finished in the call that makes its node (the `_v`
+# twins of the entry points below): pg_finish stores its keep and operands
+# in its slots and untracks what may leave the collector.  Storing from C
+# skips Value.__setattr__ (which the slots' own setters would cost three
+# calls to pass) and a second call: together half the cost of an op that
+# C doesn't spend.  The slots' offsets are found once, by pg_value_slots,
+# from a Value whose slots hold markers.  These are the only functions of
+# the module that touch Python objects (by id(), with the GIL: these calls
+# keep it); Python passes them only keeps, Values and the tuples of what an
+# op made.
 GC_CDEF = ("void pg_untrack(uintptr_t keep, uintptr_t value, uintptr_t a, uintptr_t b);\n"
-           "void pg_track(uintptr_t value);\n")
+           "void pg_track(uintptr_t value);\n"
+           "int pg_value_slots(uintptr_t probe, intptr_t size, uintptr_t keep, uintptr_t a,"
+           " uintptr_t b);\n"
+           "int pg_finish(uintptr_t made);\n")
 GC_SOURCE = """
 static int pg_tracked(uintptr_t object) {
     return object != 0 && PyObject_GC_IsTracked((PyObject *)object);
 }
 
-static void pg_untrack(uintptr_t keep, uintptr_t value, uintptr_t a, uintptr_t b) {
-    PyObject *t = (PyObject *)keep;
+/* Untrack the keep if every item it holds is untracked, then the Value if
+ * its keep and its operands are. */
+static void pg_untrack_objects(PyObject *t, PyObject *value, PyObject *a, PyObject *b) {
     if (PyTuple_CheckExact(t) && PyObject_GC_IsTracked(t)) {
         Py_ssize_t n = PyTuple_Size(t), i;
         for (i = 0; i < n; i++) {
@@ -93,14 +106,92 @@ static void pg_untrack(uintptr_t keep, uintptr_t value, uintptr_t a, uintptr_t b
         if (i < n) return;          /* a tracked keep: its Value stays tracked too */
         PyObject_GC_UnTrack(t);
     }
-    if (pg_tracked(value) && !pg_tracked(a) && !pg_tracked(b))
-        PyObject_GC_UnTrack((PyObject *)value);
+    if (value != NULL && PyObject_GC_IsTracked(value) && (a == NULL || !PyObject_GC_IsTracked(a))
+        && (b == NULL || !PyObject_GC_IsTracked(b)))
+        PyObject_GC_UnTrack(value);
+}
+
+static void pg_untrack(uintptr_t keep, uintptr_t value, uintptr_t a, uintptr_t b) {
+    pg_untrack_objects((PyObject *)keep, (PyObject *)value, (PyObject *)a, (PyObject *)b);
 }
 
 static void pg_track(uintptr_t value) {
     if (!PyObject_GC_IsTracked((PyObject *)value)) PyObject_GC_Track((PyObject *)value);
 }
+
+/* Byte offsets of Value's slots _pg_keep, _pg_a and _pg_b (0: not found),
+ * and the class Value. */
+static Py_ssize_t slot_keep, slot_a, slot_b;
+static PyObject *value_type;
+
+static Py_ssize_t slot_holding(PyObject *probe, Py_ssize_t size, PyObject *marker) {
+    PyObject **words = (PyObject **)probe;
+    for (Py_ssize_t i = (Py_ssize_t)(sizeof(PyObject) / sizeof *words);
+         (i + 1) * (Py_ssize_t)sizeof *words <= size; i++)
+        if (words[i] == marker) return i * (Py_ssize_t)sizeof *words;
+    return 0;
+}
+
+/* Find the slots in probe, a Value (of basic size `size`) whose slots hold
+ * the three markers; 0 if all three were found, once each. */
+static int pg_value_slots(uintptr_t probe, intptr_t size, uintptr_t keep, uintptr_t a,
+                          uintptr_t b) {
+    PyObject *p = (PyObject *)probe;
+    slot_keep = slot_holding(p, (Py_ssize_t)size, (PyObject *)keep);
+    slot_a = slot_holding(p, (Py_ssize_t)size, (PyObject *)a);
+    slot_b = slot_holding(p, (Py_ssize_t)size, (PyObject *)b);
+    if (slot_keep && slot_a && slot_b && slot_keep != slot_a && slot_a != slot_b
+        && slot_keep != slot_b) {
+        PyObject *old = value_type;
+        value_type = (PyObject *)Py_TYPE(p);
+        Py_INCREF(value_type);
+        Py_XDECREF(old);
+        return 0;
+    }
+    slot_keep = slot_a = slot_b = 0;
+    return -1;
+}
+
+static void put_slot(PyObject *value, Py_ssize_t offset, PyObject *x) {
+    PyObject **slot = (PyObject **)((char *)value + offset);
+    PyObject *old = *slot;
+    Py_INCREF(x);
+    *slot = x;
+    Py_XDECREF(old);
+}
+
+/* made: the tuple (value, keep, a, b) of an op whose node was made.  -1
+ * (and nothing stored) if value is no Value. */
+static int pg_finish(uintptr_t made) {
+    PyObject *t = (PyObject *)made;
+    PyObject *value = PyTuple_GetItem(t, 0), *keep = PyTuple_GetItem(t, 1),
+             *a = PyTuple_GetItem(t, 2), *b = PyTuple_GetItem(t, 3);
+    if (value_type == NULL || !PyObject_TypeCheck(value, (PyTypeObject *)value_type)) return -1;
+    put_slot(value, slot_keep, keep);
+    put_slot(value, slot_a, a);
+    put_slot(value, slot_b, b);
+    pg_untrack_objects(keep, value, a, b);
+    return 0;
+}
 """
+
+
+def finished_entry_points(cdef: str) -> "tuple[str, str]":
+    """The `_v` twin of each op's entry point and of pg_leaf (cdef and C):
+    the same call with one more argument, id() of the tuple (value, keep,
+    a, b) of what the op made, finished by pg_finish once the node is."""
+    flat = re.sub(r"\s+", " ", re.sub(r"/\*.*?\*/", "", cdef, flags=re.S))
+    decls, source = [], []
+    for found in re.finditer(r"int32_t (pg_(?:binary|binary_k|binary_rk|unary)_[A-Z]\w*|pg_powk_float"
+                             r"|pg_powk_int|pg_leaf)\(([^)]*)\);", flat):
+        name, params = found.group(1), found.group(2).strip()
+        args = ", ".join(re.findall(r"(\w+)\s*(?:,|$)", params))
+        decls.append(f"int32_t {name}_v({params}, uintptr_t made);")
+        source += [f"static int32_t {name}_v({params}, uintptr_t made) {{",
+                   f"    int32_t rc = {name}({args});",
+                   "    if (rc == 0 && pg_finish(made) < 0) rc = PG_E_ARG;",
+                   "    return rc;", "}"]
+    return "\n".join(decls) + "\n", "\n".join(source) + "\n"
 
 
 # PYGRAD_TEST_HOOKS=1 builds a test core: one with the fault-injection hooks
@@ -130,7 +221,8 @@ def cdef_source(test_hooks: bool = TEST_HOOKS) -> str:
     # The node's size and its two number fields (the rest is C's: "...").
     node = "typedef struct pg_node { double data; double grad; ...; } pg_node;\n"
     return ("\n".join(defines) + "\n" + node + _cdef_part("pygrad.h") + hooks
-            + "\n".join(entry_points()) + "\n" + GC_CDEF)
+            + "\n".join(entry_points()) + "\n" + GC_CDEF
+            + finished_entry_points(_cdef_part("pygrad.h") + "\n".join(entry_points()))[0])
 
 
 # The core compiles without a warning under these (.ci/warnings adds -Werror).
@@ -204,7 +296,8 @@ ffibuilder.set_source(
     # cffi defines the module's init function without a prototype
     'PyMODINIT_FUNC PyInit__core(void);\n'
     f'static const char *pg_build_stamp(void) {{ return "{source_stamp()}"; }}\n'
-    + gil_source(cdef_source()) + GC_SOURCE,
+    + gil_source(cdef_source()) + GC_SOURCE
+    + finished_entry_points(_cdef_part("pygrad.h") + "\n".join(entry_points()))[1],
     sources=[os.path.relpath(os.path.join(CSRC, f), ROOT)
              for f in sorted(os.listdir(CSRC)) if f.endswith(".c")],
     # an edited header or ops.def rebuilds the core (every .c includes them)

@@ -31,11 +31,11 @@ _new = object.__new__
 _alloc = ffi.new
 _NULL = ffi.NULL
 _powk_float, _powk_int = lib.pg_powk_float, lib.pg_powk_int
-_pg_leaf = lib.pg_leaf
+_pg_leaf, _pg_leaf_v = lib.pg_leaf, lib.pg_leaf_v
 # The collector and what an op makes (csrc/cffi_build.py says why): the
 # keep, and the Value of a class that tracks itself again when an
 # attribute is set on it (Value.__setattr__).
-_untrack, _track = lib.pg_untrack, lib.pg_track
+_untrack, _track, _finish = lib.pg_untrack, lib.pg_track, lib.pg_finish
 
 
 def settle() -> None:
@@ -215,59 +215,54 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
     node's memory has room for that leaf, and one call makes both."""
     code = op.key.upper()
     if op.arity == 1:
-        make1 = getattr(lib, "pg_unary_" + code)
+        make1 = getattr(lib, "pg_unary_" + code + "_v")
 
         def unary(self: "Value") -> "Value":
             ka = self._pg_keep
             node = _alloc(NODE)
-            keep = (node, ka)
-            rc = make1(node, ka[0])
+            cls = type(self)
+            out = _new(Value if cls is Value else _result_class(cls))
+            made = (out, (node, ka), self, self)    # both operands known: _prev needs no call
+            rc = make1(node, ka[0], id(made))
             if rc:
                 _fail(rc)
-            if type(self) is not Value:
-                return _result(self, keep, self, self)
-            out = _new(Value)
-            _set_keep(out, keep)
-            _set_a(out, self)
-            _set_b(out, self)           # both operands known: _prev needs no call
-            _untrack(id(keep), id(out), id(self), 0)
+            if cls is not Value and not _UNTRACKED[type(out)]:
+                _track(id(out))
             return out
 
         unary.__doc__ = doc
         return unary
 
-    make = getattr(lib, "pg_binary_" + code)
-    make_k = getattr(lib, ("pg_binary_rk_" if swapped else "pg_binary_k_") + code)
+    name, name_k = "pg_binary_" + code, ("pg_binary_rk_" if swapped else "pg_binary_k_") + code
+    plain, plain_k = getattr(lib, name), getattr(lib, name_k)    # for _odd_operand
+    make, make_k = getattr(lib, name + "_v"), getattr(lib, name_k + "_v")
 
     def binary(self: "Value", other: Any) -> "Value":
         ka = self._pg_keep
+        cls = type(self)
+        out = _new(Value if cls is Value else _result_class(cls))
         t = type(other)
         if t is float or t is int:
             node = _alloc(NODE_PAIR)
-            keep: tuple = (node, ka)
+            made = (out, (node, ka), self, None)
             try:
                 # cffi turns an int into a double as float(int) does
-                rc = make_k(node, other, ka[0]) if swapped else make_k(node, ka[0], other)
+                rc = (make_k(node, other, ka[0], id(made)) if swapped
+                      else make_k(node, ka[0], other, id(made)))
             except OverflowError:
-                return _odd_operand(self, other, make, make_k, swapped)
-            b = None
+                return _odd_operand(self, other, plain, plain_k, swapped)
         elif t is Value or isinstance(other, Value):
             kb = other._pg_keep
             node = _alloc(NODE)
-            keep = (node, ka, kb)
-            rc = make(node, kb[0], ka[0]) if swapped else make(node, ka[0], kb[0])
-            b = other
+            made = (out, (node, ka, kb), self, other)
+            rc = (make(node, kb[0], ka[0], id(made)) if swapped
+                  else make(node, ka[0], kb[0], id(made)))
         else:
-            return _odd_operand(self, other, make, make_k, swapped)
+            return _odd_operand(self, other, plain, plain_k, swapped)
         if rc:
             _fail(rc)
-        if type(self) is not Value:
-            return _result(self, keep, self, b)
-        out = _new(Value)
-        _set_keep(out, keep)
-        _set_a(out, self)
-        _set_b(out, b)
-        _untrack(id(keep), id(out), id(self), 0 if b is None else id(b))
+        if cls is not Value and not _UNTRACKED[type(out)]:
+            _track(id(out))
         return out
 
     binary.__doc__ = doc
@@ -435,16 +430,17 @@ class Value(_ValueBase):
             raise TypeError("a pygrad.Value is initialised once: make a new Value instead")
         if not _children and _op == "":      # a leaf: the common case
             node = _alloc(NODE)
+            made = (self, (node,), None, None)
             if type(data) is float:
-                _pg_leaf(node, data)
+                rc = _pg_leaf_v(node, data, id(made))
             else:
                 _new_leaf(node, data)
-            keep: tuple = (node,)
-            _set_keep(self, keep)
-            _set_a(self, None)
-            _set_b(self, None)
+                rc = _finish(id(made))
+            if rc:
+                raise TypeError(f"Value.__init__ needs a Value, not {type(self).__name__}")
             t = type(self)
-            _untrack(id(keep), id(self) if t is Value or _untrackable(t) else 0, 0, 0)
+            if t is not Value and not _untrackable(t):
+                _track(id(self))
             if label:
                 self.label = label
             return
@@ -689,6 +685,20 @@ _set_keep = Value.__dict__["_pg_keep"].__set__
 _set_a = Value.__dict__["_pg_a"].__set__
 _set_b = Value.__dict__["_pg_b"].__set__
 _set_kids = Value.__dict__["_pg_kids"].__set__
+
+
+def _find_slots() -> None:
+    """Tell C where Value keeps its keep and operands (an op's entry point
+    stores them: csrc/cffi_build.py), from a Value whose slots hold markers."""
+    probe, markers = _new(Value), (object(), object(), object())
+    _set_keep(probe, markers[0])
+    _set_a(probe, markers[1])
+    _set_b(probe, markers[2])
+    if lib.pg_value_slots(id(probe), Value.__basicsize__, *map(id, markers)):
+        raise ImportError("pygrad: could not find Value's slots in its layout")
+
+
+_find_slots()
 _VALUE_MRO = frozenset(Value.__mro__)
 
 

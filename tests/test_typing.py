@@ -194,7 +194,7 @@ def stub_text(cdef: str) -> str:
     code = code.replace("...;", "")      # a struct whose other fields are C's
     # pycparser knows no <stdint.h>: only the name matters here (all int).
     prelude = "".join(f"typedef int {t};\n" for t in
-                      ("int32_t", "uint32_t", "int64_t", "uint64_t", "size_t", "uintptr_t"))
+                      ("int32_t", "uint32_t", "int64_t", "uint64_t", "size_t", "uintptr_t", "intptr_t"))
     tree = CParser().parse(prelude + code)
     structs, functions = [], []
     for node in tree.ext:
