@@ -51,6 +51,7 @@ def settle() -> None:
 
 _RESULT_CLASS: "dict[type, type]" = {}
 _UNTRACKED: "dict[type, bool]" = {}
+_TRACKED: "set[type]" = set()      # the classes _untrackable says no to
 
 
 def _result_class(cls: type) -> type:
@@ -80,6 +81,8 @@ def _untrackable(cls: type) -> bool:
         found = _UNTRACKED[cls] = (
             cls.__setattr__ is Value.__setattr__ and not hasattr(cls, "__del__")
             and all(not c.__dict__.get("__slots__") for c in cls.__mro__ if c not in _VALUE_MRO))
+        if not found:
+            _TRACKED.add(cls)
     return found
 
 
@@ -221,12 +224,14 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
             ka = self._pg_keep
             node = _alloc(NODE)
             cls = type(self)
-            out = _new(Value if cls is Value else _result_class(cls))
+            if cls is not Value:
+                cls = _RESULT_CLASS.get(cls) or _result_class(cls)
+            out = _new(cls)
             made = (out, (node, ka), self, self)    # both operands known: _prev needs no call
             rc = make1(node, ka[0], id(made))
             if rc:
                 _fail(rc)
-            if cls is not Value and not _UNTRACKED[type(out)]:
+            if cls is not Value and cls in _TRACKED:
                 _track(id(out))
             return out
 
@@ -240,7 +245,9 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
     def binary(self: "Value", other: Any) -> "Value":
         ka = self._pg_keep
         cls = type(self)
-        out = _new(Value if cls is Value else _result_class(cls))
+        if cls is not Value:
+            cls = _RESULT_CLASS.get(cls) or _result_class(cls)
+        out = _new(cls)
         t = type(other)
         if t is float or t is int:
             node = _alloc(NODE_PAIR)
@@ -261,7 +268,7 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
             return _odd_operand(self, other, plain, plain_k, swapped)
         if rc:
             _fail(rc)
-        if cls is not Value and not _UNTRACKED[type(out)]:
+        if cls is not Value and cls in _TRACKED:
             _track(id(out))
         return out
 
@@ -415,14 +422,15 @@ class Value(_ValueBase):
     method runs, when that class keeps Value's ``__init__`` (module doc).
     """
 
-    __slots__ = ("_pg_keep", "_pg_a", "_pg_b", "_pg_kids", "_pg_op", "_pg_label", "__dict__",
-                 "__weakref__")
+    __slots__ = ("_pg_keep", "_pg_a", "_pg_b", "_pg_kids", "_pg_op", "__dict__", "__weakref__")
     _pg_keep: tuple   # the node's keep (pygrad/_lifetime.py): never written but here
     _pg_a: Any        # the operand Values it was made from (or None, or tuples)
     _pg_b: Any
     _pg_kids: Set["Value"]
     _pg_op: str
-    _pg_label: str
+    #: A name for drawing: a str, kept in the instance dict once set (as the
+    #: micrograd lecture's Value keeps it), "" until then.
+    label: str = ""
 
     def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
                  label: str = "") -> None:
@@ -484,6 +492,8 @@ class Value(_ValueBase):
             _track(id(self))
             if isinstance(value, Value):
                 _track(id(value))
+        elif name == "label" and not isinstance(value, str):
+            raise TypeError(f"label must be str, not {type(value).__name__}")
         _setattr(self, name, value)
 
     # -- numbers ------------------------------------------------------------
@@ -562,20 +572,6 @@ class Value(_ValueBase):
         raise AttributeError("a pygrad.Value's children are fixed when it is made (they are "
                              "the C node's): make it with Value(data, children, op) and set "
                              "its _backward, as micrograd's own ops do")
-
-    @property
-    def label(self) -> str:
-        """A name for drawing."""
-        try:
-            return self._pg_label
-        except AttributeError:
-            return ""
-
-    @label.setter
-    def label(self, text: str) -> None:
-        if not isinstance(text, str):
-            raise TypeError(f"label must be str, not {type(text).__name__}")
-        self._pg_label = text
 
     @property
     def _backward(self) -> Callable[[], None]:
@@ -679,7 +675,7 @@ class Value(_ValueBase):
 _setattr = object.__setattr__
 # Attributes that hold no reference a cycle could go through: numbers in C,
 # and strings.
-_ATOMIC = frozenset({"data", "grad", "label", "_op", "_pg_op", "_pg_label"})
+_ATOMIC = frozenset({"data", "grad", "label", "_op", "_pg_op"})
 # The slots' own setters: the op path's stores, past Value.__setattr__.
 _set_keep = Value.__dict__["_pg_keep"].__set__
 _set_a = Value.__dict__["_pg_a"].__set__

@@ -552,8 +552,10 @@ def actual_value(m):
 
 def own_attributes(v):
     """A C Value's attributes, less a custom op's closure and name (kept in
-    its __dict__ by pygrad, left behind by copies)."""
-    return {k: x for k, x in vars(v).items() if k not in ("_backward", "_op")}
+    its __dict__ by pygrad, left behind by copies) and its label (kept
+    there too once set, as the micrograd lecture's Value keeps it; checked
+    on its own)."""
+    return {k: x for k, x in vars(v).items() if k not in ("_backward", "_op", "label")}
 
 
 def same_copied_attribute(got, expected, original, copied, shallow):

@@ -468,7 +468,7 @@ def _kind(kind):
 
 KINDS = ["leaf", "op", "op with a number", "custom op", "pygrad.Function", "fused model output",
          "a number's leaf (from _prev)", "fused hidden node (from _prev)", "data.to_values"]
-ATTRS = ["_pg_keep", "_pg_a", "_pg_b", "_pg_kids", "_pg_op", "_pg_label"]
+ATTRS = ["_pg_keep", "_pg_a", "_pg_b", "_pg_kids", "_pg_op"]
 CLEAN = (TypeError, AttributeError, ValueError, RuntimeError)
 
 

@@ -161,7 +161,7 @@ def test_writing_internal_attributes_gives_an_exception_never_a_crash():
         gc.collect()
         w.backward()                             # w's keep still holds v's node
         assert w.grad == 1.0
-    for name in ("_pg_a", "_pg_b", "_pg_kids", "_pg_op", "_pg_label"):
+    for name in ("_pg_a", "_pg_b", "_pg_kids", "_pg_op"):
         a, b = Value(1.0), Value(2.0)
         y = a * b
         setattr(y, name, None) if name != "_pg_kids" else None
