@@ -89,10 +89,6 @@ GC_CDEF = ("void pg_untrack(uintptr_t keep, uintptr_t value, uintptr_t a, uintpt
            " uintptr_t b);\n"
            "int pg_finish(uintptr_t made);\n")
 GC_SOURCE = """
-static int pg_tracked(uintptr_t object) {
-    return object != 0 && PyObject_GC_IsTracked((PyObject *)object);
-}
-
 /* Untrack the keep if every item it holds is untracked, then the Value if
  * its keep and its operands are. */
 static void pg_untrack_objects(PyObject *t, PyObject *value, PyObject *a, PyObject *b) {
@@ -238,6 +234,12 @@ def compile_args() -> "list[str]":
     args = ["-std=c11", "-O2", "-fno-fast-math", "-ffp-contract=off"] + hooks + WARNINGS
     if sys.platform.startswith("linux"):
         args += ["-include", "glibc_versions.h"]   # the manylinux_2_17 tag: see that header
+        # GCC's -O2 vectorizes a loop only when it needs no remainder loop,
+        # which the batched tier's row loops (ops.c) always do: this cost
+        # model vectorizes them as -O3 would (without reordering any sum:
+        # no fast-math, so every row's number is the same).  Clang, which
+        # vectorizes them at -O2, has no such flag.
+        args += ["-fvect-cost-model=dynamic"]
     if os.environ.get("PYGRAD_SANITIZE") == "1":
         # -O1 keeps stack traces readable; no recovery, so any report fails the run.
         args += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all",

@@ -41,6 +41,13 @@ typedef int64_t v4i __attribute__((vector_size(32)));
 
 #define INLINE static inline __attribute__((always_inline))
 
+/* The kernels' tiles are small arrays of vectors (acc[t][u]) indexed by
+ * loops of a few constant steps: unrolled, the arrays live in registers.
+ * -O2 (the build's level: csrc/cffi_build.py) unrolls them only when told;
+ * left as loops, the arrays go through memory, four times the instructions
+ * of a layer's backward. */
+#define UNROLL _Pragma("GCC unroll 8")
+
 INLINE v4 load4(const double *p) {
     v4 v;
     memcpy(&v, p, sizeof v);

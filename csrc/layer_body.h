@@ -23,26 +23,26 @@ KINLINE void NAME(forward_tile)(const pg_layer *L, uint32_t i0, size_t r, double
     uint32_t j = 0;
     V acc[4][FU];
     if (L->variant & PG_LINEAR_BIAS) {
-        for (uint32_t t = 0; t < 4; t++)
-            for (int u = 0; u < U; u++) acc[t][u] = SPLAT(L->bias[i0 + t]);
+        UNROLL for (uint32_t t = 0; t < 4; t++)
+            UNROLL for (int u = 0; u < U; u++) acc[t][u] = SPLAT(L->bias[i0 + t]);
     } else {
-        for (int u = 0; u < U; u++) {
+        UNROLL for (int u = 0; u < U; u++) {
             V x = LOAD(L->x[0] + r + VW * u);
-            for (uint32_t t = 0; t < 4; t++) acc[t][u] = PG_LINEAR_FIRST(SPLAT(w[t * nin]), x);
+            UNROLL for (uint32_t t = 0; t < 4; t++) acc[t][u] = PG_LINEAR_FIRST(SPLAT(w[t * nin]), x);
         }
         j = 1;
     }
     for (; j < nin; j++) {
         V x[FU];
-        for (int u = 0; u < U; u++) x[u] = LOAD(L->x[j] + r + VW * u);
-        for (uint32_t t = 0; t < 4; t++) {
+        UNROLL for (int u = 0; u < U; u++) x[u] = LOAD(L->x[j] + r + VW * u);
+        UNROLL for (uint32_t t = 0; t < 4; t++) {
             V wt = SPLAT(w[t * nin + j]);
-            for (int u = 0; u < U; u++) acc[t][u] = PG_LINEAR_TERM(acc[t][u], wt, x[u]);
+            UNROLL for (int u = 0; u < U; u++) acc[t][u] = PG_LINEAR_TERM(acc[t][u], wt, x[u]);
         }
     }
-    for (uint32_t t = 0; t < 4; t++) {
+    UNROLL for (uint32_t t = 0; t < 4; t++) {
         double *y = i0 + t < L->m ? L->y + (i0 + t) * L->stride : dump;
-        for (int u = 0; u < U; u++) STORE(y + r + VW * u, acc[t][u]);
+        UNROLL for (int u = 0; u < U; u++) STORE(y + r + VW * u, acc[t][u]);
     }
 }
 
@@ -71,19 +71,19 @@ ATTR void NAME(layer_forward)(const pg_layer *L, size_t n, double *dump) {
 KINLINE void NAME(sums_tile)(double *gw, const double *const *x, const double *gt, size_t lanes,
                             size_t r0, size_t n, const int K, const int J) {
     V a[SJ][4];
-    for (int q = 0; q < J; q++)
-        for (int k = 0; k < K; k++) a[q][k] = LOAD(gw + (size_t)q * lanes + VW * k);
+    UNROLL for (int q = 0; q < J; q++)
+        UNROLL for (int k = 0; k < K; k++) a[q][k] = LOAD(gw + (size_t)q * lanes + VW * k);
     for (size_t r = r0; r < n; r++) {
         const double *g = gt + r * lanes;
         V gk[4];
-        for (int k = 0; k < K; k++) gk[k] = LOAD(g + VW * k);
-        for (int q = 0; q < J; q++) {
+        UNROLL for (int k = 0; k < K; k++) gk[k] = LOAD(g + VW * k);
+        UNROLL for (int q = 0; q < J; q++) {
             V s = SPLAT(x[q][r]);
-            for (int k = 0; k < K; k++) a[q][k] = PG_LINEAR_WGRAD(a[q][k], s, gk[k]);
+            UNROLL for (int k = 0; k < K; k++) a[q][k] = PG_LINEAR_WGRAD(a[q][k], s, gk[k]);
         }
     }
-    for (int q = 0; q < J; q++)
-        for (int k = 0; k < K; k++) STORE(gw + (size_t)q * lanes + VW * k, a[q][k]);
+    UNROLL for (int q = 0; q < J; q++)
+        UNROLL for (int k = 0; k < K; k++) STORE(gw + (size_t)q * lanes + VW * k, a[q][k]);
 }
 
 /* Each input's sums (and the bias's, with ones as its rows) for lanes
@@ -106,20 +106,20 @@ KINLINE void NAME(sums_lanes)(const pg_layer *L, size_t k0, const double *gt, co
 KINLINE void NAME(input_grad_tile)(const pg_layer *L, uint32_t j, const double *g, size_t r,
                                   const int J, const int U) {
     V acc[GJ][GU];
-    for (int q = 0; q < J; q++)
-        for (int u = 0; u < U; u++) acc[q][u] = LOAD(L->gx[j + (uint32_t)q] + r + VW * u);
+    UNROLL for (int q = 0; q < J; q++)
+        UNROLL for (int u = 0; u < U; u++) acc[q][u] = LOAD(L->gx[j + (uint32_t)q] + r + VW * u);
     for (uint32_t i = L->m; i-- > 0;) {
         const double *gi = g + i * L->stride + r;
         const double *wi = L->w + (size_t)i * L->nin + j;
         V gv[GU];
-        for (int u = 0; u < U; u++) gv[u] = LOAD(gi + VW * u);
-        for (int q = 0; q < J; q++) {
+        UNROLL for (int u = 0; u < U; u++) gv[u] = LOAD(gi + VW * u);
+        UNROLL for (int q = 0; q < J; q++) {
             V w = SPLAT(wi[q]);
-            for (int u = 0; u < U; u++) acc[q][u] = PG_LINEAR_XGRAD(acc[q][u], w, gv[u]);
+            UNROLL for (int u = 0; u < U; u++) acc[q][u] = PG_LINEAR_XGRAD(acc[q][u], w, gv[u]);
         }
     }
-    for (int q = 0; q < J; q++)
-        for (int u = 0; u < U; u++) STORE(L->gx[j + (uint32_t)q] + r + VW * u, acc[q][u]);
+    UNROLL for (int q = 0; q < J; q++)
+        UNROLL for (int u = 0; u < U; u++) STORE(L->gx[j + (uint32_t)q] + r + VW * u, acc[q][u]);
 }
 
 /* Inputs j .. j + J - 1 over every row. */
