@@ -61,132 +61,45 @@ def entry_points() -> "list[str]":
     return lines
 
 
-# The cyclic collector and the objects an op makes (pygrad/_lifetime.py).
-# A keep, a tuple whose items are all untracked, can be in no cycle; CPython
-# untracks such tuples itself, but only during a collection and only once
-# their items are (a parent keep is often met before its child's, so a
-# chain of keeps would stay tracked).  A Value refers to its keep and its
-# operands, which are older: it can be in a cycle only through an attribute
-# set on it later, and Value.__setattr__ then tracks it again.  So a new
-# leaf's Value, and an op's Value whose operands are untracked, leave the
-# collector: none of their references can hide a cycle from it (an op over
-# a tracked operand, such as a custom op, stays tracked, or the collector
-# would take a cycle below it for one held from outside).
-#
-# An op's Value is finished in the call that makes its node (the `_v`
-# twins of the entry points below): pg_finish stores its keep and operands
-# in its slots and untracks what may leave the collector.  Storing from C
-# skips Value.__setattr__ (which the slots' own setters would cost three
-# calls to pass) and a second call: together half the cost of an op that
-# C doesn't spend.  The slots' offsets are found once, by pg_value_slots,
-# from a Value whose slots hold markers.  These are the only functions of
-# the module that touch Python objects (by id(), with the GIL: these calls
-# keep it); Python passes them only keeps, Values and the tuples of what an
-# op made.
-GC_CDEF = ("void pg_untrack(uintptr_t keep, uintptr_t value, uintptr_t a, uintptr_t b);\n"
-           "void pg_track(uintptr_t value);\n"
-           "int pg_value_slots(uintptr_t probe, intptr_t size, uintptr_t keep, uintptr_t a,"
-           " uintptr_t b);\n"
-           "int pg_finish(uintptr_t made);\n")
-GC_SOURCE = """
-/* Untrack the keep if every item it holds is untracked, then the Value if
- * its keep and its operands are. */
-static void pg_untrack_objects(PyObject *t, PyObject *value, PyObject *a, PyObject *b) {
-    if (PyTuple_CheckExact(t) && PyObject_GC_IsTracked(t)) {
-        Py_ssize_t n = PyTuple_Size(t), i;
-        for (i = 0; i < n; i++) {
-            PyObject *x = PyTuple_GetItem(t, i);
-            if (PyType_IS_GC(Py_TYPE(x)) && (!PyTuple_CheckExact(x) || PyObject_GC_IsTracked(x)))
-                break;
-        }
-        if (i < n) return;          /* a tracked keep: its Value stays tracked too */
-        PyObject_GC_UnTrack(t);
-    }
-    if (value != NULL && PyObject_GC_IsTracked(value) && (a == NULL || !PyObject_GC_IsTracked(a))
-        && (b == NULL || !PyObject_GC_IsTracked(b)))
-        PyObject_GC_UnTrack(value);
-}
-
-static void pg_untrack(uintptr_t keep, uintptr_t value, uintptr_t a, uintptr_t b) {
-    pg_untrack_objects((PyObject *)keep, (PyObject *)value, (PyObject *)a, (PyObject *)b);
-}
-
-static void pg_track(uintptr_t value) {
-    if (!PyObject_GC_IsTracked((PyObject *)value)) PyObject_GC_Track((PyObject *)value);
-}
-
-/* Byte offsets of Value's slots _pg_keep, _pg_a and _pg_b (0: not found),
- * and the class Value. */
-static Py_ssize_t slot_keep, slot_a, slot_b;
-static PyObject *value_type;
-
-static Py_ssize_t slot_holding(PyObject *probe, Py_ssize_t size, PyObject *marker) {
-    PyObject **words = (PyObject **)probe;
-    for (Py_ssize_t i = (Py_ssize_t)(sizeof(PyObject) / sizeof *words);
-         (i + 1) * (Py_ssize_t)sizeof *words <= size; i++)
-        if (words[i] == marker) return i * (Py_ssize_t)sizeof *words;
-    return 0;
-}
-
-/* Find the slots in probe, a Value (of basic size `size`) whose slots hold
- * the three markers; 0 if all three were found, once each. */
-static int pg_value_slots(uintptr_t probe, intptr_t size, uintptr_t keep, uintptr_t a,
-                          uintptr_t b) {
-    PyObject *p = (PyObject *)probe;
-    slot_keep = slot_holding(p, (Py_ssize_t)size, (PyObject *)keep);
-    slot_a = slot_holding(p, (Py_ssize_t)size, (PyObject *)a);
-    slot_b = slot_holding(p, (Py_ssize_t)size, (PyObject *)b);
-    if (slot_keep && slot_a && slot_b && slot_keep != slot_a && slot_a != slot_b
-        && slot_keep != slot_b) {
-        PyObject *old = value_type;
-        value_type = (PyObject *)Py_TYPE(p);
-        Py_INCREF(value_type);
-        Py_XDECREF(old);
-        return 0;
-    }
-    slot_keep = slot_a = slot_b = 0;
-    return -1;
-}
-
-static void put_slot(PyObject *value, Py_ssize_t offset, PyObject *x) {
-    PyObject **slot = (PyObject **)((char *)value + offset);
-    PyObject *old = *slot;
-    Py_INCREF(x);
-    *slot = x;
-    Py_XDECREF(old);
-}
-
-/* made: the tuple (value, keep, a, b) of an op whose node was made.  -1
- * (and nothing stored) if value is no Value. */
-static int pg_finish(uintptr_t made) {
-    PyObject *t = (PyObject *)made;
-    PyObject *value = PyTuple_GetItem(t, 0), *keep = PyTuple_GetItem(t, 1),
-             *a = PyTuple_GetItem(t, 2), *b = PyTuple_GetItem(t, 3);
-    if (value_type == NULL || !PyObject_TypeCheck(value, (PyTypeObject *)value_type)) return -1;
-    put_slot(value, slot_keep, keep);
-    put_slot(value, slot_a, a);
-    put_slot(value, slot_b, b);
-    pg_untrack_objects(keep, value, a, b);
-    return 0;
-}
+# The C half of Value's op path (csrc/value_binding.h says how it works):
+# the `_v` entry point of each op takes id() of what the op made and
+# finishes its Value in the same call.
+BINDING_CDEF = """
+#define PG_E_NUMBER -6
+void pg_untrack(uintptr_t keep, uintptr_t value, uintptr_t a, uintptr_t b);
+void pg_track(uintptr_t value);
+int pg_binding_init(uintptr_t probe, intptr_t size, uintptr_t keep, uintptr_t a, uintptr_t b,
+                    uintptr_t cdatas);
+int32_t pg_finish(uintptr_t made);
+int32_t pg_leaf_v(pg_node *out, double data, uintptr_t made);
 """
 
 
-def finished_entry_points(cdef: str) -> "tuple[str, str]":
-    """The `_v` twin of each op's entry point and of pg_leaf (cdef and C):
-    the same call with one more argument, id() of the tuple (value, keep,
-    a, b) of what the op made, finished by pg_finish once the node is."""
-    flat = re.sub(r"\s+", " ", re.sub(r"/\*.*?\*/", "", cdef, flags=re.S))
+def binding_entry_points() -> "tuple[str, str]":
+    """The `_v` twin of each op's entry point (cdef, and C for the
+    preamble): pg_binary_<CODE>_v(made) and its _k_ and _rk_ forms (a
+    number operand, made[4]), pg_unary_<CODE>_v(made)."""
     decls, source = [], []
-    for found in re.finditer(r"int32_t (pg_(?:binary|binary_k|binary_rk|unary)_[A-Z]\w*|pg_powk_float"
-                             r"|pg_powk_int|pg_leaf)\(([^)]*)\);", flat):
-        name, params = found.group(1), found.group(2).strip()
-        args = ", ".join(re.findall(r"(\w+)\s*(?:,|$)", params))
-        decls.append(f"int32_t {name}_v({params}, uintptr_t made);")
-        source += [f"static int32_t {name}_v({params}, uintptr_t made) {{",
-                   f"    int32_t rc = {name}({args});",
-                   "    if (rc == 0 && pg_finish(made) < 0) rc = PG_E_ARG;",
-                   "    return rc;", "}"]
+    for code, _, arity in op_codes():
+        if arity == 2:
+            forms = [(f"pg_binary_{code}", "&a, &b", "out, a, b"),
+                     (f"pg_binary_k_{code}", "&a, NULL", "out, a, k"),
+                     (f"pg_binary_rk_{code}", "&a, NULL", "out, k, a")]
+        elif arity == 1 and code != "POWK":
+            forms = [(f"pg_unary_{code}", "&a, NULL", "out, a")]
+        else:
+            continue
+        for name, nodes, args in forms:
+            number = "k" in args.split(", ")
+            decls.append(f"int32_t {name}_v(uintptr_t made);")
+            source += [f"static int32_t {name}_v(uintptr_t made) {{",
+                       "    pg_node *out, *a" + (", *b;" if "&b" in nodes else ";")
+                       + (" double k;" if number else ""),
+                       f"    if (!made_nodes((PyObject *)made, &out, {nodes})) return PG_E_ARG;"]
+            if number:
+                source.append("    if (!made_number((PyObject *)made, &k)) return PG_E_NUMBER;")
+            source += [f"    int32_t rc = {name}({args});",
+                       "    return rc ? rc : pg_finish(made);", "}"]
     return "\n".join(decls) + "\n", "\n".join(source) + "\n"
 
 
@@ -217,8 +130,7 @@ def cdef_source(test_hooks: bool = TEST_HOOKS) -> str:
     # The node's size and its two number fields (the rest is C's: "...").
     node = "typedef struct pg_node { double data; double grad; ...; } pg_node;\n"
     return ("\n".join(defines) + "\n" + node + _cdef_part("pygrad.h") + hooks
-            + "\n".join(entry_points()) + "\n" + GC_CDEF
-            + finished_entry_points(_cdef_part("pygrad.h") + "\n".join(entry_points()))[0])
+            + "\n".join(entry_points()) + "\n" + BINDING_CDEF + binding_entry_points()[0])
 
 
 # The core compiles without a warning under these (.ci/warnings adds -Werror).
@@ -298,8 +210,7 @@ ffibuilder.set_source(
     # cffi defines the module's init function without a prototype
     'PyMODINIT_FUNC PyInit__core(void);\n'
     f'static const char *pg_build_stamp(void) {{ return "{source_stamp()}"; }}\n'
-    + gil_source(cdef_source()) + GC_SOURCE
-    + finished_entry_points(_cdef_part("pygrad.h") + "\n".join(entry_points()))[1],
+    + gil_source(cdef_source()) + '#include "value_binding.h"\n' + binding_entry_points()[1],
     sources=[os.path.relpath(os.path.join(CSRC, f), ROOT)
              for f in sorted(os.listdir(CSRC)) if f.endswith(".c")],
     # an edited header or ops.def rebuilds the core (every .c includes them)

@@ -36,6 +36,7 @@ _pg_leaf, _pg_leaf_v = lib.pg_leaf, lib.pg_leaf_v
 # keep, and the Value of a class that tracks itself again when an
 # attribute is set on it (Value.__setattr__).
 _untrack, _track, _finish = lib.pg_untrack, lib.pg_track, lib.pg_finish
+_E_NUMBER = lib.PG_E_NUMBER
 
 
 def settle() -> None:
@@ -99,6 +100,15 @@ def _result(self: "Value", keep: tuple, a: Any, b: Any) -> "Value":
 
 def _fail(rc: int, what: str = "a graph node") -> None:
     _check(rc, what)
+
+
+def _op_failed(rc: int) -> None:
+    """The exception of an op's entry point: its operands' nodes come from
+    their keeps, so a bad argument means a keep that was overwritten."""
+    if rc == lib.PG_E_ARG:
+        raise TypeError("pygrad: an operand's node is missing (its _pg_keep was overwritten): "
+                        "make the operand again from its data")
+    _check(rc, "a graph node")
 
 
 def _wrap(cls: type, keep: tuple, a: Any, b: Any) -> "Value":
@@ -221,16 +231,15 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
         make1 = getattr(lib, "pg_unary_" + code + "_v")
 
         def unary(self: "Value") -> "Value":
-            ka = self._pg_keep
-            node = _alloc(NODE)
             cls = type(self)
             if cls is not Value:
                 cls = _RESULT_CLASS.get(cls) or _result_class(cls)
             out = _new(cls)
-            made = (out, (node, ka), self, self)    # both operands known: _prev needs no call
-            rc = make1(node, ka[0], id(made))
+            # both operands known: _prev needs no call
+            made = (out, (_alloc(NODE), self._pg_keep), self, self)
+            rc = make1(id(made))
             if rc:
-                _fail(rc)
+                _op_failed(rc)
             if cls is not Value and cls in _TRACKED:
                 _track(id(out))
             return out
@@ -243,31 +252,23 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
     make, make_k = getattr(lib, name + "_v"), getattr(lib, name_k + "_v")
 
     def binary(self: "Value", other: Any) -> "Value":
-        ka = self._pg_keep
         cls = type(self)
         if cls is not Value:
             cls = _RESULT_CLASS.get(cls) or _result_class(cls)
         out = _new(cls)
         t = type(other)
         if t is float or t is int:
-            node = _alloc(NODE_PAIR)
-            made = (out, (node, ka), self, None)
-            try:
-                # cffi turns an int into a double as float(int) does
-                rc = (make_k(node, other, ka[0], id(made)) if swapped
-                      else make_k(node, ka[0], other, id(made)))
-            except OverflowError:
+            made: tuple = (out, (_alloc(NODE_PAIR), self._pg_keep), self, None, other)
+            rc = make_k(id(made))
+            if rc == _E_NUMBER:       # an int too large for a double
                 return _odd_operand(self, other, plain, plain_k, swapped)
         elif t is Value or isinstance(other, Value):
-            kb = other._pg_keep
-            node = _alloc(NODE)
-            made = (out, (node, ka, kb), self, other)
-            rc = (make(node, kb[0], ka[0], id(made)) if swapped
-                  else make(node, ka[0], kb[0], id(made)))
+            made = (out, (_alloc(NODE), self._pg_keep, other._pg_keep), self, other)
+            rc = make(id(made))
         else:
             return _odd_operand(self, other, plain, plain_k, swapped)
         if rc:
-            _fail(rc)
+            _op_failed(rc)
         if cls is not Value and cls in _TRACKED:
             _track(id(out))
         return out
@@ -683,18 +684,23 @@ _set_b = Value.__dict__["_pg_b"].__set__
 _set_kids = Value.__dict__["_pg_kids"].__set__
 
 
-def _find_slots() -> None:
-    """Tell C where Value keeps its keep and operands (an op's entry point
-    stores them: csrc/cffi_build.py), from a Value whose slots hold markers."""
+def _bind() -> None:
+    """Tell C where a Value keeps its keep and operands, and where a node
+    cdata keeps its pointer (csrc/value_binding.h), from objects whose
+    fields hold known values."""
     probe, markers = _new(Value), (object(), object(), object())
     _set_keep(probe, markers[0])
     _set_a(probe, markers[1])
     _set_b(probe, markers[2])
-    if lib.pg_value_slots(id(probe), Value.__basicsize__, *map(id, markers)):
-        raise ImportError("pygrad: could not find Value's slots in its layout")
+    nodes = _alloc(NODES, 2)
+    cdatas = tuple((c, int(ffi.cast("uintptr_t", c)), ffi.typeof(c))
+                   for c in (_alloc(NODE), _alloc(NODE_PAIR), nodes, nodes + 1))
+    if lib.pg_binding_init(id(probe), Value.__basicsize__, *map(id, markers), id(cdatas)):
+        raise ImportError("pygrad: could not find Value's slots or a cdata's pointer in "
+                          "their layouts")
 
 
-_find_slots()
+_bind()
 _VALUE_MRO = frozenset(Value.__mro__)
 
 

@@ -1,0 +1,208 @@
+/*
+ * The C half of pygrad.Value's op path (pygrad/engine.py), included once,
+ * by the cffi module's preamble (csrc/cffi_build.py): the only code of the
+ * core that touches Python objects.  Python calls it with the GIL held
+ * (these calls keep it) and passes objects by id(): only Values, their
+ * keeps, and the tuple of what an op made.
+ *
+ * An op's dunder makes the Value (object.__new__), the node memory
+ * (ffi.new) and the keep, then calls the op's `_v` entry point with one
+ * argument, id() of  made = (value, keep, a, b[, k]):  the operand Values
+ * a and b (b None for a number, b is a for a unary op), keep = (node
+ * memory, a's keep[, b's keep]), and k the number operand.  The entry
+ * point reads the node pointers from the keeps' first items (made holds
+ * them for the call), makes the node, then stores keep, a and b in the
+ * Value's slots and untracks what may leave the collector (pg_finish).
+ * One call, and no argument for cffi to convert but an int: half the cost
+ * of an op that C doesn't spend (three slot stores past Value.__setattr__,
+ * a second call, and cffi's conversion of each pointer).
+ *
+ * Where a Value keeps its slots, and where a cffi cdata keeps its pointer
+ * and its ctype, are found once at import (pg_binding_init), from objects
+ * whose fields hold known values: nothing about either layout is assumed.
+ * A node pointer is read only from a cdata of one of the four node ctypes.
+ *
+ * The collector: a keep, a tuple whose items are all untracked, can be in
+ * no cycle; CPython untracks such tuples itself, but only during a
+ * collection and only once their items are (a parent keep is often met
+ * before its child's, so a chain of keeps would stay tracked).  A Value
+ * refers to its keep and its operands, which are older: it can be in a
+ * cycle only through an attribute set on it later, and Value.__setattr__
+ * then tracks it again.  So a new leaf's Value, and an op's Value whose
+ * operands are untracked, leave the collector: none of their references
+ * can hide a cycle from it (an op over a tracked operand, such as a custom
+ * op, stays tracked, or the collector would take a cycle below it for one
+ * held from outside).
+ */
+
+/* An op's number operand did not convert to a double (an int too large):
+ * Python takes its slower path, which raises the right error. */
+#define PG_E_NUMBER -6
+
+/* Untrack the keep if every item it holds is untracked, then the Value if
+ * its keep and its operands are. */
+static void pg_untrack_objects(PyObject *t, PyObject *value, PyObject *a, PyObject *b) {
+    if (PyTuple_CheckExact(t) && PyObject_GC_IsTracked(t)) {
+        Py_ssize_t n = PyTuple_Size(t), i;
+        for (i = 0; i < n; i++) {
+            PyObject *x = PyTuple_GetItem(t, i);
+            if (PyType_IS_GC(Py_TYPE(x)) && (!PyTuple_CheckExact(x) || PyObject_GC_IsTracked(x)))
+                break;
+        }
+        if (i < n) return;          /* a tracked keep: its Value stays tracked too */
+        PyObject_GC_UnTrack(t);
+    }
+    if (value != NULL && PyObject_GC_IsTracked(value) && (a == NULL || !PyObject_GC_IsTracked(a))
+        && (b == NULL || !PyObject_GC_IsTracked(b)))
+        PyObject_GC_UnTrack(value);
+}
+
+static void pg_untrack(uintptr_t keep, uintptr_t value, uintptr_t a, uintptr_t b) {
+    pg_untrack_objects((PyObject *)keep, (PyObject *)value, (PyObject *)a, (PyObject *)b);
+}
+
+static void pg_track(uintptr_t value) {
+    if (!PyObject_GC_IsTracked((PyObject *)value)) PyObject_GC_Track((PyObject *)value);
+}
+
+/* What pg_binding_init found: byte offsets of Value's slots _pg_keep,
+ * _pg_a and _pg_b, and the class Value; the offsets of a cdata's pointer
+ * and ctype, the two cdata classes a node pointer comes in (memory that
+ * owns its array; a pointer into one), and the four node ctypes. */
+static Py_ssize_t slot_keep, slot_a, slot_b;
+static PyObject *value_type;
+static Py_ssize_t cdata_ptr_at, cdata_ctype_at;
+static PyObject *cdata_class[2], *node_ctype[4];
+
+/* The offset of the word of object o (within its first `size` bytes, past
+ * its header) that equals x; 0 if none does, or more than one. */
+static Py_ssize_t word_holding(PyObject *o, Py_ssize_t size, const void *x) {
+    const void *const *words = (const void *const *)o;
+    Py_ssize_t found = 0;
+    for (Py_ssize_t i = (Py_ssize_t)(sizeof(PyObject) / sizeof *words);
+         (i + 1) * (Py_ssize_t)sizeof *words <= size; i++) {
+        if (words[i] != x) continue;
+        if (found) return 0;
+        found = i * (Py_ssize_t)sizeof *words;
+    }
+    return found;
+}
+
+/* probe: a Value of basic size `size` whose slots _pg_keep, _pg_a and
+ * _pg_b hold the three markers.  cdatas: a tuple of four (cdata, its
+ * address as an int, its ctype), one per node ctype: pg_node[1],
+ * pg_node[2], pg_node[] and pg_node *, the first three owning their
+ * memory, the last a pointer into it.  0 if every field was found once,
+ * at one offset for every cdata; else -1, and the op path is not used. */
+static int pg_binding_init(uintptr_t probe, intptr_t size, uintptr_t keep, uintptr_t a,
+                           uintptr_t b, uintptr_t cdatas) {
+    PyObject *p = (PyObject *)probe, *list = (PyObject *)cdatas;
+    Py_ssize_t k = word_holding(p, (Py_ssize_t)size, (void *)keep),
+               at_a = word_holding(p, (Py_ssize_t)size, (void *)a),
+               at_b = word_holding(p, (Py_ssize_t)size, (void *)b);
+    if (!k || !at_a || !at_b || k == at_a || at_a == at_b || k == at_b) return -1;
+    if (!PyTuple_CheckExact(list) || PyTuple_Size(list) != 4) return -1;
+    Py_ssize_t ptr_at = 0, ctype_at = 0;
+    PyObject *classes[2] = {NULL, NULL}, *ctypes[4];
+    for (Py_ssize_t i = 0; i < 4; i++) {
+        PyObject *item = PyTuple_GetItem(list, i);
+        if (item == NULL || !PyTuple_CheckExact(item) || PyTuple_Size(item) != 3) return -1;
+        PyObject *c = PyTuple_GetItem(item, 0), *ct = PyTuple_GetItem(item, 2);
+        void *address = PyLong_AsVoidPtr(PyTuple_GetItem(item, 1));
+        if (address == NULL) {
+            PyErr_Clear();
+            return -1;
+        }
+        /* the fields sit in the cdata's header, before any array it owns */
+        Py_ssize_t head = 4 * (Py_ssize_t)sizeof(void *) + (Py_ssize_t)sizeof(PyObject);
+        Py_ssize_t pa = word_holding(c, head, address), ta = word_holding(c, head, ct);
+        if (!pa || !ta || (ptr_at && (pa != ptr_at || ta != ctype_at))) return -1;
+        ptr_at = pa;
+        ctype_at = ta;
+        PyObject *cls = (PyObject *)Py_TYPE(c);
+        if (i < 3 ? (classes[0] != NULL && classes[0] != cls) : cls == classes[0]) return -1;
+        classes[i < 3 ? 0 : 1] = cls;
+        ctypes[i] = ct;
+    }
+    slot_keep = k;
+    slot_a = at_a;
+    slot_b = at_b;
+    cdata_ptr_at = ptr_at;
+    cdata_ctype_at = ctype_at;
+    /* held for the life of the process: nothing here is ever released */
+    value_type = (PyObject *)Py_TYPE(p);
+    Py_INCREF(value_type);
+    for (int i = 0; i < 2; i++) Py_INCREF(cdata_class[i] = classes[i]);
+    for (int i = 0; i < 4; i++) Py_INCREF(node_ctype[i] = ctypes[i]);
+    return 0;
+}
+
+/* The node a cdata points to, or NULL if it is no node cdata. */
+static pg_node *node_at(PyObject *c) {
+    PyObject *cls = (PyObject *)Py_TYPE(c);
+    if (cls != cdata_class[0] && cls != cdata_class[1]) return NULL;
+    PyObject *ct = *(PyObject **)(void *)((char *)c + cdata_ctype_at);
+    if (ct != node_ctype[0] && ct != node_ctype[1] && ct != node_ctype[2] && ct != node_ctype[3])
+        return NULL;
+    return *(pg_node **)(void *)((char *)c + cdata_ptr_at);
+}
+
+/* The node of a keep (its first item), or NULL. */
+static pg_node *keep_node(PyObject *keep) {
+    if (!PyTuple_CheckExact(keep) || PyTuple_Size(keep) < 1) return NULL;
+    return node_at(PyTuple_GetItem(keep, 0));
+}
+
+/* made's new node and its operands' nodes (b NULL for a unary op or one
+ * with a number); 0 if any is missing. */
+static int made_nodes(PyObject *made, pg_node **out, pg_node **a, pg_node **b) {
+    if (value_type == NULL || !PyTuple_CheckExact(made) || PyTuple_Size(made) < 4) return 0;
+    PyObject *keep = PyTuple_GetItem(made, 1);
+    if (!PyTuple_CheckExact(keep) || PyTuple_Size(keep) != (b != NULL ? 3 : 2)) return 0;
+    *out = node_at(PyTuple_GetItem(keep, 0));
+    *a = keep_node(PyTuple_GetItem(keep, 1));
+    if (b != NULL) *b = keep_node(PyTuple_GetItem(keep, 2));
+    return *out != NULL && *a != NULL && (b == NULL || *b != NULL);
+}
+
+/* made's number operand k, as float(k) makes it; 0 if it has none. */
+static int made_number(PyObject *made, double *k) {
+    if (PyTuple_Size(made) != 5) return 0;
+    *k = PyFloat_AsDouble(PyTuple_GetItem(made, 4));
+    if (*k == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+static void put_slot(PyObject *value, Py_ssize_t offset, PyObject *x) {
+    PyObject **slot = (PyObject **)(void *)((char *)value + offset);
+    PyObject *old = *slot;
+    Py_INCREF(x);
+    *slot = x;
+    Py_XDECREF(old);
+}
+
+/* Store made's keep, a and b in its Value's slots, and untrack what may
+ * leave the collector; PG_E_ARG (and nothing stored) if made holds no
+ * Value. */
+static int32_t pg_finish(uintptr_t made) {
+    PyObject *t = (PyObject *)made;
+    if (value_type == NULL || !PyTuple_CheckExact(t) || PyTuple_Size(t) < 4) return PG_E_ARG;
+    PyObject *value = PyTuple_GetItem(t, 0), *keep = PyTuple_GetItem(t, 1),
+             *a = PyTuple_GetItem(t, 2), *b = PyTuple_GetItem(t, 3);
+    if (!PyObject_TypeCheck(value, (PyTypeObject *)value_type)) return PG_E_ARG;
+    put_slot(value, slot_keep, keep);
+    put_slot(value, slot_a, a);
+    put_slot(value, slot_b, b);
+    pg_untrack_objects(keep, value, a, b);
+    return 0;
+}
+
+/* A leaf's Value (Value(x) for a float x): made = (value, (node,), None,
+ * None). */
+static int32_t pg_leaf_v(pg_node *out, double data, uintptr_t made) {
+    int32_t rc = pg_leaf(out, data);
+    return rc ? rc : pg_finish(made);
+}
