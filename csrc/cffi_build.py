@@ -3,8 +3,11 @@
 setup.py names it in ``cffi_modules``; it compiles ``csrc/*.c`` into the
 extension module ``pygrad._core``.  The cdef is read from the public header
 ``csrc/pygrad.h`` (between its cdef markers) and the op codes from
-``csrc/ops.def``, so nothing is declared twice.  It lives beside the C
-sources, not in ``pygrad/``, so that the wheel does not ship it.
+``csrc/ops.def``, so nothing is declared twice.  The module's preamble
+adds the C half of Value's op path (``csrc/value_binding.h``, the only C
+that touches Python objects) and each op's entry point into it.  This
+script lives beside the C sources, not in ``pygrad/``, so that the wheel
+does not ship it.
 
 The core carries a stamp of the sources it was built from
 (``lib.pg_build_stamp()``): the tests refuse a core whose stamp differs

@@ -113,8 +113,9 @@ static int pg_binding_init(uintptr_t probe, intptr_t size, uintptr_t keep, uintp
             PyErr_Clear();
             return -1;
         }
-        /* the fields sit in the cdata's header, before any array it owns */
-        Py_ssize_t head = 4 * (Py_ssize_t)sizeof(void *) + (Py_ssize_t)sizeof(PyObject);
+        /* the two fields sit at the start of every cdata, right after the
+         * object header (a pointer cdata has no more than that) */
+        Py_ssize_t head = (Py_ssize_t)sizeof(PyObject) + 2 * (Py_ssize_t)sizeof(void *);
         Py_ssize_t pa = word_holding(c, head, address), ta = word_holding(c, head, ct);
         if (!pa || !ta || (ptr_at && (pa != ptr_at || ta != ctype_at))) return -1;
         ptr_at = pa;

@@ -32,7 +32,7 @@ _alloc = ffi.new
 _NULL = ffi.NULL
 _powk_float, _powk_int = lib.pg_powk_float, lib.pg_powk_int
 _pg_leaf, _pg_leaf_v = lib.pg_leaf, lib.pg_leaf_v
-# The collector and what an op makes (csrc/cffi_build.py says why): the
+# The collector and what an op makes (csrc/value_binding.h says why): the
 # keep, and the Value of a class that tracks itself again when an
 # attribute is set on it (Value.__setattr__).
 _untrack, _track, _finish = lib.pg_untrack, lib.pg_track, lib.pg_finish
@@ -72,7 +72,7 @@ def _result_class(cls: type) -> type:
 
 
 def _untrackable(cls: type) -> bool:
-    """Whether a ``cls`` Value may leave the collector (csrc/cffi_build.py):
+    """Whether a ``cls`` Value may leave the collector (csrc/value_binding.h):
     when nothing but Value.__setattr__ can give it a reference, that is,
     its class adds no slots and keeps Value's ``__setattr__``; and when it
     has no finalizer (the collector runs ``__del__`` of what it finds dead
@@ -486,7 +486,7 @@ class Value(_ValueBase):
     def __setattr__(self, name: str, value: Any) -> None:
         # An attribute may refer back to this Value, or to a Value made from
         # it: the collector must see both, and an op's result starts
-        # untracked (csrc/cffi_build.py).
+        # untracked (csrc/value_binding.h).
         # (Tracked first: a Ctrl-C between the two steps then leaves at
         # most a tracked Value without its attribute.)
         if name not in _ATOMIC:

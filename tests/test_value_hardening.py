@@ -11,6 +11,7 @@ import pytest
 
 import pygrad
 import pygrad._core
+from pygrad._core import ffi
 from pygrad import Value
 
 import internals
@@ -148,7 +149,10 @@ def test_a_subclass_may_keep_its_own_data_in_names_micrograd_leaves_free():
 
 
 def test_writing_internal_attributes_gives_an_exception_never_a_crash():
-    for bad in (None, 0, (), ("x",), (None,), 1.5):
+    # (the op path reads a keep's node pointer in C: a cdata of another
+    # type is refused there as cffi refuses it as an argument)
+    foreign = (ffi.new("double[6]"), ffi.new("char[64]"), ffi.new("uint32_t *"))
+    for bad in (None, 0, (), ("x",), (None,), 1.5) + tuple((c,) for c in foreign):
         v = Value(2.0)
         w = v * 3.0
         v._pg_keep = bad
