@@ -72,7 +72,7 @@ BINDING_CDEF = """
 void pg_untrack(uintptr_t keep, uintptr_t value, uintptr_t a, uintptr_t b);
 void pg_track(uintptr_t value);
 int pg_binding_init(uintptr_t probe, intptr_t size, uintptr_t keep, uintptr_t a, uintptr_t b,
-                    uintptr_t cdatas);
+                    uintptr_t kids, uintptr_t cdatas);
 int32_t pg_finish(uintptr_t made);
 int32_t pg_leaf_v(pg_node *out, double data, uintptr_t made);
 """

@@ -66,10 +66,10 @@ static void pg_track(uintptr_t value) {
 }
 
 /* What pg_binding_init found: byte offsets of Value's slots _pg_keep,
- * _pg_a and _pg_b, and the class Value; the offsets of a cdata's pointer
+ * _pg_a, _pg_b and _pg_kids, and the class Value; the offsets of a cdata's pointer
  * and ctype, the two cdata classes a node pointer comes in (memory that
  * owns its array; a pointer into one), and the four node ctypes. */
-static Py_ssize_t slot_keep, slot_a, slot_b;
+static Py_ssize_t slot_keep, slot_a, slot_b, slot_kids;
 static PyObject *value_type;
 static Py_ssize_t cdata_ptr_at, cdata_ctype_at;
 static PyObject *cdata_class[2], *node_ctype[4];
@@ -88,19 +88,20 @@ static Py_ssize_t word_holding(PyObject *o, Py_ssize_t size, const void *x) {
     return found;
 }
 
-/* probe: a Value of basic size `size` whose slots _pg_keep, _pg_a and
- * _pg_b hold the three markers.  cdatas: a tuple of four (cdata, its
+/* probe: a Value of basic size `size` whose slots _pg_keep, _pg_a, _pg_b
+ * and _pg_kids hold the four markers.  cdatas: a tuple of four (cdata, its
  * address as an int, its ctype), one per node ctype: pg_node[1],
  * pg_node[2], pg_node[] and pg_node *, the first three owning their
  * memory, the last a pointer into it.  0 if every field was found once,
  * at one offset for every cdata; else -1, and the op path is not used. */
 static int pg_binding_init(uintptr_t probe, intptr_t size, uintptr_t keep, uintptr_t a,
-                           uintptr_t b, uintptr_t cdatas) {
+                           uintptr_t b, uintptr_t kids, uintptr_t cdatas) {
     PyObject *p = (PyObject *)probe, *list = (PyObject *)cdatas;
     Py_ssize_t k = word_holding(p, (Py_ssize_t)size, (void *)keep),
                at_a = word_holding(p, (Py_ssize_t)size, (void *)a),
-               at_b = word_holding(p, (Py_ssize_t)size, (void *)b);
-    if (!k || !at_a || !at_b || k == at_a || at_a == at_b || k == at_b) return -1;
+               at_b = word_holding(p, (Py_ssize_t)size, (void *)b),
+               at_kids = word_holding(p, (Py_ssize_t)size, (void *)kids);
+    if (!k || !at_a || !at_b || !at_kids) return -1;     /* (each found once, so apart) */
     if (!PyTuple_CheckExact(list) || PyTuple_Size(list) != 4) return -1;
     Py_ssize_t ptr_at = 0, ctype_at = 0;
     PyObject *classes[2] = {NULL, NULL}, *ctypes[4];
@@ -128,6 +129,7 @@ static int pg_binding_init(uintptr_t probe, intptr_t size, uintptr_t keep, uintp
     slot_keep = k;
     slot_a = at_a;
     slot_b = at_b;
+    slot_kids = at_kids;
     cdata_ptr_at = ptr_at;
     cdata_ctype_at = ctype_at;
     /* held for the life of the process: nothing here is ever released */
@@ -185,8 +187,9 @@ static void put_slot(PyObject *value, Py_ssize_t offset, PyObject *x) {
     Py_XDECREF(old);
 }
 
-/* Store made's keep, a and b in its Value's slots, and untrack what may
- * leave the collector; PG_E_ARG (and nothing stored) if made holds no
+/* Store made's keep, a and b in its Value's slots, and None in _pg_kids
+ * (the cache of _prev: so its first read raises no AttributeError), and
+ * untrack what may leave the collector; PG_E_ARG (and nothing stored) if made holds no
  * Value. */
 static int32_t pg_finish(uintptr_t made) {
     PyObject *t = (PyObject *)made;
@@ -197,6 +200,7 @@ static int32_t pg_finish(uintptr_t made) {
     put_slot(value, slot_keep, keep);
     put_slot(value, slot_a, a);
     put_slot(value, slot_b, b);
+    put_slot(value, slot_kids, Py_None);
     pg_untrack_objects(keep, value, a, b);
     return 0;
 }

@@ -352,6 +352,24 @@ def _node_of(v: Any) -> Any:
     return keep[0] if type(keep) is tuple and keep else None
 
 
+def _track_below(v: "Value") -> None:
+    """Put ``v`` and every Value its operands reach back in the collector's
+    sight: an attribute that refers to ``v`` may close a cycle through any
+    of them (``a.out = (a * 2) * 3``), and an op's result starts untracked
+    (csrc/value_binding.h).  Costs a walk of the graph below ``v``, once
+    per such attribute; a Value already tracked is walked through too (its
+    operands may not be)."""
+    seen = set()
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        _track(id(x))
+        stack.extend(_operands(x))
+
+
 def _kids_of(v: "Value") -> Set["Value"]:
     """_prev, the slow way: the node's children, each as the Value that
     holds it (an operand), as the one made for it before (a fused model's
@@ -427,7 +445,7 @@ class Value(_ValueBase):
     _pg_keep: tuple   # the node's keep (pygrad/_lifetime.py): never written but here
     _pg_a: Any        # the operand Values it was made from (or None, or tuples)
     _pg_b: Any
-    _pg_kids: Set["Value"]
+    _pg_kids: Optional[Set["Value"]]
     _pg_op: str
     #: A name for drawing: a str, kept in the instance dict once set (as the
     #: micrograd lecture's Value keeps it), "" until then.
@@ -492,7 +510,7 @@ class Value(_ValueBase):
         if name not in _ATOMIC:
             _track(id(self))
             if isinstance(value, Value):
-                _track(id(value))
+                _track_below(value)
         elif name == "label" and not isinstance(value, str):
             raise TypeError(f"label must be str, not {type(value).__name__}")
         _setattr(self, name, value)
@@ -536,9 +554,11 @@ class Value(_ValueBase):
         node) a Value made on first read; the same set on every read.  The
         set can't be changed: the children are the C node's."""
         try:
-            return self._pg_kids
+            kids = self._pg_kids      # None until the first read (csrc/value_binding.h)
         except AttributeError:
-            pass
+            kids = None
+        if kids is not None:
+            return kids
         # The common case first: an op's Value holds its operands (a unary
         # op's twice), and its keep holds their keeps as they are now, in
         # child order: those are its node's children.
@@ -688,10 +708,11 @@ def _bind() -> None:
     """Tell C where a Value keeps its keep and operands, and where a node
     cdata keeps its pointer (csrc/value_binding.h), from objects whose
     fields hold known values."""
-    probe, markers = _new(Value), (object(), object(), object())
+    probe, markers = _new(Value), (object(), object(), object(), object())
     _set_keep(probe, markers[0])
     _set_a(probe, markers[1])
     _set_b(probe, markers[2])
+    _set_kids(probe, markers[3])
     nodes = _alloc(NODES, 2)
     cdatas = tuple((c, int(ffi.cast("uintptr_t", c)), ffi.typeof(c))
                    for c in (_alloc(NODE), _alloc(NODE_PAIR), nodes, nodes + 1))

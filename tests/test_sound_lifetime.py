@@ -15,6 +15,7 @@ import pathlib
 import re
 import sys
 import threading
+import weakref
 
 import pytest
 
@@ -422,3 +423,26 @@ def test_a_graph_holding_a_cycle_is_freed_at_the_next_collection():
     del x, y, out, _backward
     gc.collect()
     assert internals.live_nodes() == before
+
+
+@pytest.mark.parametrize("holder", ["leaf", "op", "fused"])
+def test_a_cycle_closed_through_untracked_op_results_is_collected(holder):
+    """An op's result starts untracked by the collector; an attribute that
+    refers to a Value made from the holder (a.out = (a * 2) * 3) closes a
+    cycle through such results, which the collector must see whole."""
+    before = live()
+    refs = []
+    for _ in range(3):
+        a = Value(1.0)
+        if holder == "op":
+            a = a + 1.0
+        if holder == "fused":
+            out = nn.MLP(1, [3, 1])([a]) * 3
+        else:
+            out = (a * 2).relu() * 3
+        a.out = out                     # a -> out -> ... -> a * 2 -> a
+        refs += [weakref.ref(out), weakref.ref(a)]
+    del a, out
+    gc.collect()
+    assert [r() for r in refs] == [None] * len(refs)
+    assert live() == before
