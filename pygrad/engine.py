@@ -257,14 +257,14 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
             cls = _RESULT_CLASS.get(cls) or _result_class(cls)
         out = _new(cls)
         t = type(other)
-        if t is float or t is int:
-            made: tuple = (out, (_alloc(NODE_PAIR), self._pg_keep), self, None, other)
+        if t is Value or (t is not float and t is not int and isinstance(other, Value)):
+            made: tuple = (out, (_alloc(NODE), self._pg_keep, other._pg_keep), self, other)
+            rc = make(id(made))
+        elif t is float or t is int:
+            made = (out, (_alloc(NODE_PAIR), self._pg_keep), self, None, other)
             rc = make_k(id(made))
             if rc == _E_NUMBER:       # an int too large for a double
                 return _odd_operand(self, other, plain, plain_k, swapped)
-        elif t is Value or isinstance(other, Value):
-            made = (out, (_alloc(NODE), self._pg_keep, other._pg_keep), self, other)
-            rc = make(id(made))
         else:
             return _odd_operand(self, other, plain, plain_k, swapped)
         if rc:
