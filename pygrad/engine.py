@@ -258,7 +258,11 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
         out = _new(cls)
         t = type(other)
         if t is Value or (t is not float and t is not int and isinstance(other, Value)):
-            made: tuple = (out, (_alloc(NODE), self._pg_keep, other._pg_keep), self, other)
+            # the node's children in the op's order: other first when swapped
+            # (`w.__rsub__(v)` is v - w)
+            made: tuple = ((out, (_alloc(NODE), other._pg_keep, self._pg_keep), other, self)
+                           if swapped else
+                           (out, (_alloc(NODE), self._pg_keep, other._pg_keep), self, other))
             rc = make(id(made))
         elif t is float or t is int:
             made = (out, (_alloc(NODE_PAIR), self._pg_keep), self, None, other)

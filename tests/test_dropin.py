@@ -112,6 +112,36 @@ def test_reflected_and_plain_forms_with_numbers(expr, expected):
         assert v.grad != 0.0
 
 
+@pytest.mark.parametrize("name, expected", [
+    ("__radd__", 5.0), ("__rsub__", -1.0), ("__rmul__", 6.0), ("__rtruediv__", 2 / 3),
+])
+def test_reflected_forms_with_a_value_on_the_other_side(name, expected):
+    """w.__rsub__(v) is v - w, as Python calls it when v's own method
+    declines, or when w's class overrides the reflected method: the value,
+    both grads and _prev match the reference engine's."""
+    for V in (Value, RefValue):
+        v, w = V(2.0), V(3.0)
+        out = getattr(w, name)(v)                   # v (op) w
+        assert out.data == expected
+        out.backward()
+        grads = (v.grad, w.grad)
+        assert sorted(k.data for k in out._prev) == [2.0, 3.0]
+        if V is Value:
+            c_grads = grads
+        else:
+            assert grads == c_grads
+    # a subclass that overrides a reflected method is called first by Python
+    for V in (Value, RefValue):
+        class Sub(V):
+            def __rsub__(self, other):
+                return super().__rsub__(other)
+        v, s = V(5.0), Sub(2.0)
+        out = v - s
+        assert out.data == 3.0
+        out.backward()
+        assert (v.grad, s.grad) == (1.0, -1.0)
+
+
 def test_repeated_backward_accumulates_like_micrograd():
     # micrograd's backward: root.grad = 1, then every node += again, so a
     # second call pushes the already-accumulated grads once more.
