@@ -17,6 +17,7 @@ import hashlib
 import os
 import re
 import sys
+import sysconfig
 
 from cffi import FFI
 
@@ -154,7 +155,9 @@ def compile_args() -> "list[str]":
         # model vectorizes them as -O3 would (without reordering any sum:
         # no fast-math, so every row's number is the same).  Clang, which
         # vectorizes them at -O2, has no such flag.
-        args += ["-fvect-cost-model=dynamic"]
+        cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or ""
+        if "clang" not in cc:
+            args += ["-fvect-cost-model=dynamic"]
     if os.environ.get("PYGRAD_SANITIZE") == "1":
         # -O1 keeps stack traces readable; no recovery, so any report fails the run.
         args += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all",

@@ -27,20 +27,25 @@
  * collection and only once their items are (a parent keep is often met
  * before its child's, so a chain of keeps would stay tracked).  A Value
  * refers to its keep and its operands, which are older: it can be in a
- * cycle only through an attribute set on it later, and Value.__setattr__
- * then tracks it again.  So a new leaf's Value, and an op's Value whose
- * operands are untracked, leave the collector: none of their references
- * can hide a cycle from it (an op over a tracked operand, such as a custom
- * op, stays tracked, or the collector would take a cycle below it for one
- * held from outside).
+ * cycle only through an attribute set later, on it or on a Value below it.
+ * So a new leaf's Value, and an op's Value whose operands are untracked,
+ * leave the collector; an op over a tracked operand, such as a custom op,
+ * stays tracked, so that below a tracked Value every Value is tracked (or
+ * the collector would take a cycle below it for one held from outside).
+ * Value.__setattr__ keeps that so: an attribute that may close a cycle
+ * puts its holder, and the Values it refers to, back in the collector's
+ * sight with everything below them (engine._track_below).
  */
 
 /* An op's number operand did not convert to a double (an int too large):
  * Python takes its slower path, which raises the right error. */
 #define PG_E_NUMBER -6
 
-/* Untrack the keep if every item it holds is untracked, then the Value if
- * its keep and its operands are. */
+/* Untrack the keep if every item it holds is untracked, and the Value if
+ * its operands are untracked.  (A Value can be untracked over a tracked
+ * keep: what the keep holds can be in a cycle only through a custom op's
+ * handle, and a cycle through the Value itself must pass an attribute, set
+ * through Value.__setattr__, which tracks what it refers to.) */
 static void pg_untrack_objects(PyObject *t, PyObject *value, PyObject *a, PyObject *b) {
     if (PyTuple_CheckExact(t) && PyObject_GC_IsTracked(t)) {
         Py_ssize_t n = PyTuple_Size(t), i;
@@ -49,8 +54,7 @@ static void pg_untrack_objects(PyObject *t, PyObject *value, PyObject *a, PyObje
             if (PyType_IS_GC(Py_TYPE(x)) && (!PyTuple_CheckExact(x) || PyObject_GC_IsTracked(x)))
                 break;
         }
-        if (i < n) return;          /* a tracked keep: its Value stays tracked too */
-        PyObject_GC_UnTrack(t);
+        if (i == n) PyObject_GC_UnTrack(t);
     }
     if (value != NULL && PyObject_GC_IsTracked(value) && (a == NULL || !PyObject_GC_IsTracked(a))
         && (b == NULL || !PyObject_GC_IsTracked(b)))
@@ -93,7 +97,9 @@ static Py_ssize_t word_holding(PyObject *o, Py_ssize_t size, const void *x) {
  * address as an int, its ctype), one per node ctype: pg_node[1],
  * pg_node[2], pg_node[] and pg_node *, the first three owning their
  * memory, the last a pointer into it.  0 if every field was found once,
- * at one offset for every cdata; else -1, and the op path is not used. */
+ * at one offset for every cdata; else -1 (pygrad's import fails).  Like
+ * every function here it runs with the GIL: cffi_build.py's gil_source
+ * keeps it for these calls (tests/test_install.py checks cffi's wrappers). */
 static int pg_binding_init(uintptr_t probe, intptr_t size, uintptr_t keep, uintptr_t a,
                            uintptr_t b, uintptr_t kids, uintptr_t cdatas) {
     PyObject *p = (PyObject *)probe, *list = (PyObject *)cdatas;
@@ -140,12 +146,17 @@ static int pg_binding_init(uintptr_t probe, intptr_t size, uintptr_t keep, uintp
     return 0;
 }
 
-/* The node a cdata points to, or NULL if it is no node cdata. */
+/* The node a cdata points to, or NULL if it is no node cdata: an array of
+ * nodes that owns its memory, or a pg_node * (a node within such an array,
+ * which the keep holds); not a slice or other view of an array. */
 static pg_node *node_at(PyObject *c) {
     PyObject *cls = (PyObject *)Py_TYPE(c);
-    if (cls != cdata_class[0] && cls != cdata_class[1]) return NULL;
-    PyObject *ct = *(PyObject **)(void *)((char *)c + cdata_ctype_at);
-    if (ct != node_ctype[0] && ct != node_ctype[1] && ct != node_ctype[2] && ct != node_ctype[3])
+    PyObject *ct = NULL;
+    if (cls == cdata_class[0] || cls == cdata_class[1])
+        ct = *(PyObject **)(void *)((char *)c + cdata_ctype_at);
+    if (cls == cdata_class[0] ? ct != node_ctype[0] && ct != node_ctype[1] && ct != node_ctype[2]
+                              && ct != node_ctype[3]
+                              : cls != cdata_class[1] || ct != node_ctype[3])
         return NULL;
     return *(pg_node **)(void *)((char *)c + cdata_ptr_at);
 }
@@ -197,11 +208,16 @@ static int32_t pg_finish(uintptr_t made) {
     PyObject *value = PyTuple_GetItem(t, 0), *keep = PyTuple_GetItem(t, 1),
              *a = PyTuple_GetItem(t, 2), *b = PyTuple_GetItem(t, 3);
     if (!PyObject_TypeCheck(value, (PyTypeObject *)value_type)) return PG_E_ARG;
+    /* A fresh Value has no _pg_a yet; Value.__setattr__ gives one to a
+     * Value that gets an attribute before its __init__ is done (as does an
+     * __init__ run again): such a Value may be in a cycle, and stays
+     * tracked. */
+    int fresh = *(PyObject **)(void *)((char *)value + slot_a) == NULL;
     put_slot(value, slot_keep, keep);
     put_slot(value, slot_a, a);
     put_slot(value, slot_b, b);
     put_slot(value, slot_kids, Py_None);
-    pg_untrack_objects(keep, value, a, b);
+    pg_untrack_objects(keep, fresh ? value : NULL, a, b);
     return 0;
 }
 

@@ -16,6 +16,7 @@ attributes it sets would be missing).  A subclass names another class with
 the class attribute ``_pygrad_result_class`` (``_result_class`` reads it).
 """
 import functools
+import gc
 import numbers
 from typing import Any, Callable, Iterable, Iterator, Optional, Set, Tuple
 
@@ -37,6 +38,7 @@ _pg_leaf, _pg_leaf_v = lib.pg_leaf, lib.pg_leaf_v
 # attribute is set on it (Value.__setattr__).
 _untrack, _track, _finish = lib.pg_untrack, lib.pg_track, lib.pg_finish
 _E_NUMBER = lib.PG_E_NUMBER
+_is_tracked = gc.is_tracked
 
 
 def settle() -> None:
@@ -94,7 +96,9 @@ def _result(self: "Value", keep: tuple, a: Any, b: Any) -> "Value":
     _set_keep(out, keep)
     _set_a(out, a)
     _set_b(out, b)
-    _untrack(id(keep), id(out) if _UNTRACKED[cls] else 0, id(a), 0 if b is None else id(b))
+    _untrack(id(keep), id(out), id(a), 0 if b is None else id(b))
+    if not _UNTRACKED[cls]:
+        _track_below(out)
     return out
 
 
@@ -113,7 +117,8 @@ def _op_failed(rc: int) -> None:
 
 def _wrap(cls: type, keep: tuple, a: Any, b: Any) -> "Value":
     """A new ``cls`` over the node keep[0], holding the operands it was made
-    from (a Value, None, or tuples of them); tracked by the collector."""
+    from (a Value, None, or tuples of them); tracked by the collector (its
+    maker tracks the op results below it: _track_below)."""
     out: Value = _new(cls)
     _set_keep(out, keep)
     _set_a(out, a)
@@ -133,6 +138,7 @@ def make_nary(op: int, variant: int, values: "tuple[Value, ...]") -> "Value":
     rc = lib.pg_nary(node, op, variant, kids, len(keeps))
     if rc:
         _fail(rc)
+    _track_below(*values)
     return _wrap(Value, keep, values, None)
 
 
@@ -146,6 +152,7 @@ def make_layer(act: int, params: Packed, param_values: tuple, xs: "tuple[Value, 
     rc = lib.pg_linear_layer(nodes, edges, act, params.ptrs, x.ptrs, nin, nout)
     if rc:
         _fail(rc, "a layer")
+    _track_below(*xs)
     holds = (param_values, xs)
     return [_wrap(Value, (nodes + j, layer), holds, None) for j in range(nout)]
 
@@ -167,6 +174,7 @@ def make_mlp(acts: Any, params: "list[Packed]", sizes: "list[int]", param_values
     rc = lib.pg_mlp(nodes, edges, nlayers, acts, arrays, _alloc("uint32_t[]", sizes), x.ptrs)
     if rc:
         _fail(rc, "a model's layers")
+    _track_below(*xs)
     holds = (param_values, xs)
     table: "dict[Any, Value]" = {}
     first = total - sizes[-1]
@@ -196,6 +204,7 @@ def make_function(data: float, values: "tuple[Value, ...]", partials: "list[floa
     rc = lib.pg_function(node, data, kids, _alloc("double[]", partials), n, edges)
     if rc:
         _fail(rc, "a Function's node")
+    _track_below(*values)
     out = _wrap(Value, keep, values, None)
     out._pg_op = name
     return out
@@ -241,7 +250,7 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
             if rc:
                 _op_failed(rc)
             if cls is not Value and cls in _TRACKED:
-                _track(id(out))
+                _track_below(out)
             return out
 
         unary.__doc__ = doc
@@ -274,7 +283,7 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
         if rc:
             _op_failed(rc)
         if cls is not Value and cls in _TRACKED:
-            _track(id(out))
+            _track_below(out)
         return out
 
     binary.__doc__ = doc
@@ -356,22 +365,46 @@ def _node_of(v: Any) -> Any:
     return keep[0] if type(keep) is tuple and keep else None
 
 
-def _track_below(v: "Value") -> None:
-    """Put ``v`` and every Value its operands reach back in the collector's
-    sight: an attribute that refers to ``v`` may close a cycle through any
-    of them (``a.out = (a * 2) * 3``), and an op's result starts untracked
-    (csrc/value_binding.h).  Costs a walk of the graph below ``v``, once
-    per such attribute; a Value already tracked is walked through too (its
-    operands may not be)."""
-    seen = set()
-    stack = [v]
+def _track_below(*values: Any) -> None:
+    """Put ``values`` (Values) back in the collector's sight, with every
+    Value below them: a cycle closed by an attribute passes through them
+    and down to the Value that holds it (``a.out = (a * 2) * 3``), and an
+    op's result starts untracked (csrc/value_binding.h).  A Value already
+    tracked has everything below it tracked, so the walk stops there: each
+    Value is walked at most once in all."""
+    stack = list(values)
     while stack:
         x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
+        if _is_tracked(x) or (getattr(x, "_pg_a", None) is None
+                              and getattr(x, "_pg_b", None) is None):
+            continue    # (a leaf can be in a cycle only through an attribute of its own)
         _track(id(x))
         stack.extend(_operands(x))
+
+
+def _track_referenced(value: Any) -> None:
+    """_track_below for the Values an attribute refers to: the Value itself,
+    the items of a list, tuple, set or dict, or a closure's cells (one
+    level: what lies deeper is not looked for, docs/lifetime.md)."""
+    if isinstance(value, Value):
+        _track_below(value)
+        return
+    t = type(value)
+    if t is list or t is tuple or t is set or t is frozenset:
+        items: Iterable[Any] = value
+    elif t is dict:
+        items = value.values()
+    else:
+        cells = getattr(value, "__closure__", None)
+        if type(cells) is not tuple:
+            return
+        items = []
+        for c in cells:
+            try:
+                items.append(c.cell_contents)
+            except ValueError:          # an empty cell
+                pass
+    _track_below(*[x for x in items if isinstance(x, Value)])
 
 
 def _kids_of(v: "Value") -> Set["Value"]:
@@ -496,6 +529,7 @@ class Value(_ValueBase):
         rc = lib.pg_custom(node, x, ptrs, len(keeps), handle)
         if rc:
             _fail(rc, "a Value")
+        _track_below(*kids)
         _set_keep(self, keep)
         _set_b(self, None)
         _set_a(self, kids)
@@ -511,11 +545,14 @@ class Value(_ValueBase):
         # untracked (csrc/value_binding.h).
         # (Tracked first: a Ctrl-C between the two steps then leaves at
         # most a tracked Value without its attribute.)
-        if name not in _ATOMIC:
-            _track(id(self))
-            if isinstance(value, Value):
-                _track_below(value)
-        elif name == "label" and not isinstance(value, str):
+        if name not in _NUMBER_FIELDS and type(value) not in _ATOMIC_TYPES:
+            if getattr(self, "_pg_a", _FRESH) is _FRESH:
+                _set_a(self, None)      # being made: C then leaves it tracked
+            if not _is_tracked(self):
+                _track(id(self))
+                _track_below(*_operands(self))
+            _track_referenced(value)
+        if name == "label" and not isinstance(value, str):
             raise TypeError(f"label must be str, not {type(value).__name__}")
         _setattr(self, name, value)
 
@@ -700,7 +737,10 @@ class Value(_ValueBase):
 _setattr = object.__setattr__
 # Attributes that hold no reference a cycle could go through: numbers in C,
 # and strings.
-_ATOMIC = frozenset({"data", "grad", "label", "_op", "_pg_op"})
+_ATOMIC_TYPES = frozenset({str, int, float, bool, type(None)})
+# Fields whose value goes to the C node, not to the Value.
+_NUMBER_FIELDS = frozenset({"data", "grad"})
+_FRESH = object()
 # The slots' own setters: the op path's stores, past Value.__setattr__.
 _set_keep = Value.__dict__["_pg_keep"].__set__
 _set_a = Value.__dict__["_pg_a"].__set__
@@ -712,15 +752,16 @@ def _bind() -> None:
     """Tell C where a Value keeps its keep and operands, and where a node
     cdata keeps its pointer (csrc/value_binding.h), from objects whose
     fields hold known values."""
-    probe, markers = _new(Value), (object(), object(), object(), object())
-    _set_keep(probe, markers[0])
-    _set_a(probe, markers[1])
-    _set_b(probe, markers[2])
-    _set_kids(probe, markers[3])
+    probe, keep, a, b, kids = _new(Value), object(), object(), object(), object()
+    _set_keep(probe, keep)
+    _set_a(probe, a)
+    _set_b(probe, b)
+    _set_kids(probe, kids)
     nodes = _alloc(NODES, 2)
     cdatas = tuple((c, int(ffi.cast("uintptr_t", c)), ffi.typeof(c))
                    for c in (_alloc(NODE), _alloc(NODE_PAIR), nodes, nodes + 1))
-    if lib.pg_binding_init(id(probe), Value.__basicsize__, *map(id, markers), id(cdatas)):
+    if lib.pg_binding_init(id(probe), Value.__basicsize__, id(keep), id(a), id(b), id(kids),
+                           id(cdatas)):
         raise ImportError("pygrad: could not find Value's slots or a cdata's pointer in "
                           "their layouts")
 

@@ -189,3 +189,32 @@ def test_a_failed_compile_says_what_to_do_then_fails_as_before(capsys):
     assert "`pip install dist/*.whl`" in flat and "needs no compiler" in flat
     wrap(Compiles)().run()
     assert capsys.readouterr() == ("built\n", "")
+
+
+def test_cffis_wrappers_keep_the_gil_for_the_calls_that_touch_python_objects(tmp_path):
+    """csrc/value_binding.h's functions use the C API, which needs the GIL.
+    cffi's wrapper of a C function lets the GIL go through the
+    Py_BEGIN_ALLOW_THREADS macro, which csrc/cffi_build.py's preamble
+    redefines to keep it (but for its RELEASES_GIL list): a cffi whose
+    wrappers let it go another way would break that, so check the module
+    source this cffi writes."""
+    import importlib.util
+    import re
+    build = pathlib.Path(__file__).resolve().parent.parent / "csrc" / "cffi_build.py"
+    if not build.exists():
+        pytest.skip("no csrc/ beside the tests")
+    spec = importlib.util.spec_from_file_location("pygrad_cffi_build_check", build)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "core.c"
+    module.ffibuilder.emit_c_code(str(out))
+    source = out.read_text()
+    preamble = source.index("#undef Py_BEGIN_ALLOW_THREADS")
+    for name in ("pg_binding_init", "pg_finish", "pg_track", "pg_untrack", "pg_leaf_v",
+                 "pg_binary_MUL_v", "pg_binary_k_ADD_v", "pg_unary_TANH_v"):
+        found = re.search(r"_cffi_f_%s\(PyObject \*self, PyObject \*\w+\)\n\{(.*?)\n\}" % name,
+                          source, re.S)
+        assert found and found.start() > preamble, name
+        body = found.group(1)
+        assert "Py_BEGIN_ALLOW_THREADS" in body, name
+        assert "PyEval_SaveThread" not in body and "PyGILState" not in body, name

@@ -446,3 +446,79 @@ def test_a_cycle_closed_through_untracked_op_results_is_collected(holder):
     gc.collect()
     assert [r() for r in refs] == [None] * len(refs)
     assert live() == before
+
+
+class _StrLabel(str):
+    pass
+
+
+class _SelfRef(Value):
+    def __init__(self, x):
+        self.me = self                  # an attribute before Value.__init__ runs
+        super().__init__(x)
+
+
+def _leak_cases():
+    def in_a_list():
+        a = Value(1.0)
+        b = a * 2
+        a.x = [b]
+        return a, b
+
+    def in_a_dict():
+        a = Value(1.0)
+        b = (a + 1.0).relu()
+        a.x = {"b": b}
+        return a, b
+
+    def in_a_closure():
+        a = Value(1.0)
+        b = (a * 2).tanh()
+        a.hook = lambda: b.grad
+        return a, b
+
+    def in_a_str_subclass_label():
+        v = Value(1.0) * 2
+        label = _StrLabel("x")
+        label.owner = v
+        v.label = label
+        return v, label
+
+    def set_before_init():
+        s = _SelfRef(1.0)
+        return s, s * 2
+
+    def init_run_again():
+        v = Value(1.0) * 2
+        v.me = v
+        del v._pg_keep
+        Value.__init__(v, 2.0)
+        return v, None
+
+    return [in_a_list, in_a_dict, in_a_closure, in_a_str_subclass_label, set_before_init,
+            init_run_again]
+
+
+@pytest.mark.parametrize("case", _leak_cases(), ids=lambda f: f.__name__)
+def test_cycles_through_containers_closures_labels_and_early_attributes_are_collected(case):
+    made = case()
+    refs = [weakref.ref(x) for x in made if x is not None]
+    del made
+    gc.collect()
+    assert [r() for r in refs] == [None] * len(refs)
+
+
+def test_chained_attributes_put_each_value_back_in_sight_once(monkeypatch):
+    """An RNN-style loop that links each state to the one before
+    (new.parent = h) tracks each Value once, not the whole chain again at
+    every step."""
+    import pygrad.engine as engine
+    tracked, track = [], engine._track
+    monkeypatch.setattr(engine, "_track", lambda i: (tracked.append(i), track(i)))
+    h = Value(0.0)
+    for _ in range(300):
+        new = (h * 0.5 + 1.0).tanh()
+        new.parent = h
+        h = new
+    # per step: the new state, its + and its * (each once)
+    assert len(tracked) <= 3 * 300 + 1

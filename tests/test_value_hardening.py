@@ -205,3 +205,15 @@ def test_mixing_engines_is_named_whichever_side_is_left():
     with pytest.raises(TypeError, match="engines were mixed"):
         (mg + Value(1.0)).relu()
 
+
+
+def test_an_op_refuses_a_keep_whose_node_is_a_view_of_an_array():
+    # A slice owns nothing: the op path takes a node only from memory that
+    # owns it, or from a pg_node * (csrc/value_binding.h, node_at).
+    memory = ffi.new("pg_node[2]")
+    v = Value(1.0)
+    v._pg_keep = (memory[0:1],)
+    with pytest.raises(TypeError):
+        v * 2.0
+    with pytest.raises(TypeError):
+        Value(3.0) - v
