@@ -70,7 +70,6 @@ def entry_points() -> "list[str]":
 # finishes its Value in the same call.
 BINDING_CDEF = """
 #define PG_E_NUMBER -6
-void pg_untrack(uintptr_t keep, uintptr_t value, uintptr_t a, uintptr_t b);
 void pg_track(uintptr_t value);
 int pg_binding_init(uintptr_t probe, intptr_t size, uintptr_t keep, uintptr_t a, uintptr_t b,
                     uintptr_t kids, uintptr_t cdatas);

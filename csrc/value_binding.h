@@ -61,10 +61,6 @@ static void pg_untrack_objects(PyObject *t, PyObject *value, PyObject *a, PyObje
         PyObject_GC_UnTrack(value);
 }
 
-static void pg_untrack(uintptr_t keep, uintptr_t value, uintptr_t a, uintptr_t b) {
-    pg_untrack_objects((PyObject *)keep, (PyObject *)value, (PyObject *)a, (PyObject *)b);
-}
-
 static void pg_track(uintptr_t value) {
     if (!PyObject_GC_IsTracked((PyObject *)value)) PyObject_GC_Track((PyObject *)value);
 }

@@ -36,7 +36,7 @@ _pg_leaf, _pg_leaf_v = lib.pg_leaf, lib.pg_leaf_v
 # The collector and what an op makes (csrc/value_binding.h says why): the
 # keep, and the Value of a class that tracks itself again when an
 # attribute is set on it (Value.__setattr__).
-_untrack, _track, _finish = lib.pg_untrack, lib.pg_track, lib.pg_finish
+_track, _finish = lib.pg_track, lib.pg_finish
 _E_NUMBER = lib.PG_E_NUMBER
 _is_tracked = gc.is_tracked
 
@@ -93,11 +93,9 @@ def _result(self: "Value", keep: tuple, a: Any, b: Any) -> "Value":
     """The Value of an op on ``self`` (a subclass's instance), over keep."""
     cls = _result_class(type(self))
     out: Value = _new(cls)
-    _set_keep(out, keep)
-    _set_a(out, a)
-    _set_b(out, b)
-    _untrack(id(keep), id(out), id(a), 0 if b is None else id(b))
-    if not _UNTRACKED[cls]:
+    made = (out, keep, a, b)
+    _finish(id(made))           # its slots, and the collector, as an op's entry point does
+    if cls in _TRACKED:
         _track_below(out)
     return out
 
