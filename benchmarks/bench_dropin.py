@@ -9,7 +9,7 @@ Each path is written as micrograd users write it, and run on
 ``pip install micrograd``) in this one process, alternating, each timing
 the median of several repeats.  The table gives pygrad's time over
 micrograd's (lower is better) and the target of issue 24; for the field
-paths, also the floor: a class holding a node (``ffi.new("pg_node[1]")``)
+paths, also the floor: a class holding a node (node memory, a bytes object)
 whose ``data``/``grad`` are properties around one cffi call each, the
 least a Value with its numbers in C costs; for the first ``_prev`` walk,
 what the first read of each node's ``_prev`` must make before any walking
@@ -46,13 +46,13 @@ ENGINES = {"pygrad": (pygrad.Value, pygrad.nn), "micrograd": (micrograd.engine.V
 
 
 _ffi, _lib = pygrad._core.ffi, pygrad._core.lib
-_NODE = _ffi.typeof("pg_node[1]")
+_NODE_SIZE = _ffi.sizeof("pg_node")
 _new = object.__new__
 
 
 def floor_node(x: float) -> Any:
     """A leaf node in memory Python owns, as pygrad's own leaves are."""
-    node = _ffi.new(_NODE)
+    node = bytes(_NODE_SIZE)
     _lib.pg_leaf(node, x)
     return node
 
@@ -109,9 +109,10 @@ def floor_first_walk(values: List[Any]) -> Callable[[], Any]:
     for v in values:
         keep = v._pg_keep
         kids = [_lib.pg_kid(keep[0], i) for i in range(_lib.pg_nkids(keep[0]))]
+        node_of = _lib.pg_node_ptr
         operands = tuple({id(x): x for x in (v._pg_a, v._pg_b)
-                          if isinstance(x, pygrad.Value) and x._pg_keep[0] in kids}.values())
-        held = {x._pg_keep[0] for x in operands}
+                          if isinstance(x, pygrad.Value) and node_of(x._pg_keep[0]) in kids}.values())
+        held = {node_of(x._pg_keep[0]) for x in operands}
         missing = tuple(i for i, p in enumerate(kids) if p not in held)
         records.append((operands, missing, keep))
 
@@ -139,16 +140,16 @@ class FloorCustomValue(FloorValue):
 
 def floor_custom() -> Callable[[], Any]:
     """The custom-op path with only what any cffi design must do: the new
-    node's memory (``ffi.new``) and one call into C that fills it, and one
+    node's memory (a bytes object) and one call into C that fills it, and one
     call (a node pointer, as resuming the sweep takes) at each closure; the
     closures run in Python, reading and writing through FloorValue's
     properties.  The nodes are leaves: C links no children."""
     import math
-    alloc, leaf, resume = _ffi.new, _lib.pg_leaf, _lib.pg_flags
+    alloc, leaf, resume = bytes, _lib.pg_leaf, _lib.pg_flags
 
     def tanh(x: Any) -> Any:
         t = math.tanh(x.data)
-        node = alloc(_NODE)
+        node = alloc(_NODE_SIZE)
         leaf(node, t)
         out = FloorCustomValue(node)
         out._hold = (x,)

@@ -72,7 +72,9 @@ BINDING_CDEF = """
 #define PG_E_NUMBER -6
 void pg_track(uintptr_t value);
 int pg_binding_init(uintptr_t probe, intptr_t size, uintptr_t keep, uintptr_t a, uintptr_t b,
-                    uintptr_t kids, uintptr_t cdatas);
+                    uintptr_t kids, uintptr_t pointer);
+int32_t pg_pack_keeps(uintptr_t keeps, pg_node **ptrs, uint32_t n);
+pg_node *pg_node_ptr(void *memory);
 int32_t pg_finish(uintptr_t made);
 int32_t pg_leaf_v(pg_node *out, double data, uintptr_t made);
 """
@@ -85,11 +87,11 @@ def binding_entry_points() -> "tuple[str, str]":
     decls, source = [], []
     for code, _, arity in op_codes():
         if arity == 2:
-            forms = [(f"pg_binary_{code}", "&a, &b", "out, a, b"),
-                     (f"pg_binary_k_{code}", "&a, NULL", "out, a, k"),
-                     (f"pg_binary_rk_{code}", "&a, NULL", "out, k, a")]
+            forms = [(f"pg_binary_{code}", "&a, &b, 1", "out, a, b"),
+                     (f"pg_binary_k_{code}", "&a, NULL, 2", "out, a, k"),
+                     (f"pg_binary_rk_{code}", "&a, NULL, 2", "out, k, a")]
         elif arity == 1 and code != "POWK":
-            forms = [(f"pg_unary_{code}", "&a, NULL", "out, a")]
+            forms = [(f"pg_unary_{code}", "&a, NULL, 1", "out, a")]
         else:
             continue
         for name, nodes, args in forms:
@@ -132,8 +134,19 @@ def cdef_source(test_hooks: bool = TEST_HOOKS) -> str:
     hooks = _cdef_part("test_hooks.h") if test_hooks else ""
     # The node's size and its two number fields (the rest is C's: "...").
     node = "typedef struct pg_node { double data; double grad; ...; } pg_node;\n"
-    return ("\n".join(defines) + "\n" + node + _cdef_part("pygrad.h") + hooks
-            + "\n".join(entry_points()) + "\n" + BINDING_CDEF + binding_entry_points()[0])
+    return node_params_as_memory("\n".join(defines) + "\n" + node + _cdef_part("pygrad.h") + hooks
+                                 + "\n".join(entry_points()) + "\n" + BINDING_CDEF
+                                 + binding_entry_points()[0])
+
+
+def node_params_as_memory(cdef: str) -> str:
+    """cdef with each parameter that takes one node (``pg_node *n``,
+    ``const pg_node *n``) declared ``void *`` for cffi: node memory is a
+    bytes object (pygrad/_lifetime.py), and cffi passes a bytes object to a
+    ``void *`` parameter as the address of its bytes, with no copy; a node
+    pointer or array cdata passes as before.  C's own prototypes keep
+    their types (C converts void * back)."""
+    return re.sub(r"\b(?:const )?pg_node \*(\w+)(?=\s*[,)])", r"void *\1", cdef)
 
 
 # The core compiles without a warning under these (.ci/warnings adds -Werror).

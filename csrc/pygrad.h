@@ -2,9 +2,9 @@
  * pygrad's public C API: the only header Python's cffi layer sees.
  *
  * Lifetime, in one paragraph (pygrad/_lifetime.py says the same for
- * Python): a node lives in memory that Python owns, the array a cffi
- * owning cdata (ffi.new) holds; C never allocates, frees or keeps a record
- * of a node.  Every creator below writes new nodes into memory the caller
+ * Python): a node lives in memory that Python owns, the bytes of a bytes
+ * object (node memory); C never allocates, frees or keeps a record of a
+ * node.  Every creator below writes new nodes into memory the caller
  * passes, and links them to children by raw pointer; the caller keeps the
  * children's memory alive at least as long as the new nodes' (Python: the
  * new Value's keep, an immutable tuple, holds the children's keeps).  So

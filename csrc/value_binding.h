@@ -5,8 +5,8 @@
  * (these calls keep it) and passes objects by id(): only Values, their
  * keeps, and the tuple of what an op made.
  *
- * An op's dunder makes the Value (object.__new__), the node memory
- * (ffi.new) and the keep, then calls the op's `_v` entry point with one
+ * An op's dunder makes the Value (object.__new__), the node memory (a
+ * bytes object: pygrad/_lifetime.py) and the keep, then calls the op's `_v` entry point with one
  * argument, id() of  made = (value, keep, a, b[, k]):  the operand Values
  * a and b (b None for a number, b is a for a unary op), keep = (node
  * memory, a's keep[, b's keep]), and k the number operand.  The entry
@@ -20,7 +20,8 @@
  * Where a Value keeps its slots, and where a cffi cdata keeps its pointer
  * and its ctype, are found once at import (pg_binding_init), from objects
  * whose fields hold known values: nothing about either layout is assumed.
- * A node pointer is read only from a cdata of one of the four node ctypes.
+ * A node is read only from node memory (a bytes object with room for it)
+ * or from a pg_node * cdata (a node within memory the keep holds).
  *
  * The collector: a keep, a tuple whose items are all untracked, can be in
  * no cycle; CPython untracks such tuples itself, but only during a
@@ -51,7 +52,10 @@ static void pg_untrack_objects(PyObject *t, PyObject *value, PyObject *a, PyObje
         Py_ssize_t n = PyTuple_Size(t), i;
         for (i = 0; i < n; i++) {
             PyObject *x = PyTuple_GetItem(t, i);
-            if (PyType_IS_GC(Py_TYPE(x)) && (!PyTuple_CheckExact(x) || PyObject_GC_IsTracked(x)))
+            /* node memory refers to nothing (the tests count it in a bytes
+             * subclass with only a weak-reference slot, which is tracked) */
+            if (PyType_IS_GC(Py_TYPE(x)) && (!PyTuple_CheckExact(x) || PyObject_GC_IsTracked(x))
+                && !PyBytes_Check(x))
                 break;
         }
         if (i == n) PyObject_GC_UnTrack(t);
@@ -66,13 +70,13 @@ static void pg_track(uintptr_t value) {
 }
 
 /* What pg_binding_init found: byte offsets of Value's slots _pg_keep,
- * _pg_a, _pg_b and _pg_kids, and the class Value; the offsets of a cdata's pointer
- * and ctype, the two cdata classes a node pointer comes in (memory that
- * owns its array; a pointer into one), and the four node ctypes. */
+ * _pg_a, _pg_b and _pg_kids, and the class Value; where a bytes object
+ * keeps its bytes; the offsets of a cdata's pointer and ctype, and the
+ * class and ctype of a node pointer cdata (pg_node *). */
 static Py_ssize_t slot_keep, slot_a, slot_b, slot_kids;
 static PyObject *value_type;
-static Py_ssize_t cdata_ptr_at, cdata_ctype_at;
-static PyObject *cdata_class[2], *node_ctype[4];
+static Py_ssize_t bytes_data_at, cdata_ptr_at, cdata_ctype_at;
+static PyObject *pointer_class, *pointer_ctype;
 
 /* The offset of the word of object o (within its first `size` bytes, past
  * its header) that equals x; 0 if none does, or more than one. */
@@ -89,45 +93,38 @@ static Py_ssize_t word_holding(PyObject *o, Py_ssize_t size, const void *x) {
 }
 
 /* probe: a Value of basic size `size` whose slots _pg_keep, _pg_a, _pg_b
- * and _pg_kids hold the four markers.  cdatas: a tuple of four (cdata, its
- * address as an int, its ctype), one per node ctype: pg_node[1],
- * pg_node[2], pg_node[] and pg_node *, the first three owning their
- * memory, the last a pointer into it.  0 if every field was found once,
- * at one offset for every cdata; else -1 (pygrad's import fails).  Like
- * every function here it runs with the GIL: cffi_build.py's gil_source
- * keeps it for these calls (tests/test_install.py checks cffi's wrappers). */
+ * and _pg_kids hold the four markers.  pointer: (a pg_node * cdata, its
+ * address as an int, its ctype).  0 if every field was found once; else
+ * -1 (pygrad's import fails).  Like every function here it runs with the
+ * GIL: cffi_build.py's gil_source keeps it for these calls
+ * (tests/test_install.py checks cffi's wrappers). */
 static int pg_binding_init(uintptr_t probe, intptr_t size, uintptr_t keep, uintptr_t a,
-                           uintptr_t b, uintptr_t kids, uintptr_t cdatas) {
-    PyObject *p = (PyObject *)probe, *list = (PyObject *)cdatas;
+                           uintptr_t b, uintptr_t kids, uintptr_t pointer) {
+    PyObject *p = (PyObject *)probe, *item = (PyObject *)pointer;
     Py_ssize_t k = word_holding(p, (Py_ssize_t)size, (void *)keep),
                at_a = word_holding(p, (Py_ssize_t)size, (void *)a),
                at_b = word_holding(p, (Py_ssize_t)size, (void *)b),
                at_kids = word_holding(p, (Py_ssize_t)size, (void *)kids);
     if (!k || !at_a || !at_b || !at_kids) return -1;     /* (each found once, so apart) */
-    if (!PyTuple_CheckExact(list) || PyTuple_Size(list) != 4) return -1;
-    Py_ssize_t ptr_at = 0, ctype_at = 0;
-    PyObject *classes[2] = {NULL, NULL}, *ctypes[4];
-    for (Py_ssize_t i = 0; i < 4; i++) {
-        PyObject *item = PyTuple_GetItem(list, i);
-        if (item == NULL || !PyTuple_CheckExact(item) || PyTuple_Size(item) != 3) return -1;
-        PyObject *c = PyTuple_GetItem(item, 0), *ct = PyTuple_GetItem(item, 2);
-        void *address = PyLong_AsVoidPtr(PyTuple_GetItem(item, 1));
-        if (address == NULL) {
-            PyErr_Clear();
-            return -1;
-        }
-        /* the two fields sit at the start of every cdata, right after the
-         * object header (a pointer cdata has no more than that) */
-        Py_ssize_t head = (Py_ssize_t)sizeof(PyObject) + 2 * (Py_ssize_t)sizeof(void *);
-        Py_ssize_t pa = word_holding(c, head, address), ta = word_holding(c, head, ct);
-        if (!pa || !ta || (ptr_at && (pa != ptr_at || ta != ctype_at))) return -1;
-        ptr_at = pa;
-        ctype_at = ta;
-        PyObject *cls = (PyObject *)Py_TYPE(c);
-        if (i < 3 ? (classes[0] != NULL && classes[0] != cls) : cls == classes[0]) return -1;
-        classes[i < 3 ? 0 : 1] = cls;
-        ctypes[i] = ct;
+    if (!PyTuple_CheckExact(item) || PyTuple_Size(item) != 3) return -1;
+    PyObject *c = PyTuple_GetItem(item, 0), *ct = PyTuple_GetItem(item, 2);
+    void *address = PyLong_AsVoidPtr(PyTuple_GetItem(item, 1));
+    if (address == NULL) {
+        PyErr_Clear();
+        return -1;
     }
+    /* the two fields sit at the start of every cdata, right after the
+     * object header (a pointer cdata has no more than that) */
+    Py_ssize_t head = (Py_ssize_t)sizeof(PyObject) + 2 * (Py_ssize_t)sizeof(void *);
+    Py_ssize_t ptr_at = word_holding(c, head, address), ctype_at = word_holding(c, head, ct);
+    PyObject *bytes = PyBytes_FromStringAndSize(NULL, 2);
+    if (bytes == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    bytes_data_at = PyBytes_AsString(bytes) - (char *)bytes;
+    Py_DECREF(bytes);
+    if (!ptr_at || !ctype_at || bytes_data_at <= 0) return -1;
     slot_keep = k;
     slot_a = at_a;
     slot_b = at_b;
@@ -137,42 +134,62 @@ static int pg_binding_init(uintptr_t probe, intptr_t size, uintptr_t keep, uintp
     /* held for the life of the process: nothing here is ever released */
     value_type = (PyObject *)Py_TYPE(p);
     Py_INCREF(value_type);
-    for (int i = 0; i < 2; i++) Py_INCREF(cdata_class[i] = classes[i]);
-    for (int i = 0; i < 4; i++) Py_INCREF(node_ctype[i] = ctypes[i]);
+    pointer_class = (PyObject *)Py_TYPE(c);
+    Py_INCREF(pointer_class);
+    pointer_ctype = ct;
+    Py_INCREF(pointer_ctype);
     return 0;
 }
 
-/* The node a cdata points to, or NULL if it is no node cdata: an array of
- * nodes that owns its memory, or a pg_node * (a node within such an array,
- * which the keep holds); not a slice or other view of an array. */
-static pg_node *node_at(PyObject *c) {
-    PyObject *cls = (PyObject *)Py_TYPE(c);
-    PyObject *ct = NULL;
-    if (cls == cdata_class[0] || cls == cdata_class[1])
-        ct = *(PyObject **)(void *)((char *)c + cdata_ctype_at);
-    if (cls == cdata_class[0] ? ct != node_ctype[0] && ct != node_ctype[1] && ct != node_ctype[2]
-                              && ct != node_ctype[3]
-                              : cls != cdata_class[1] || ct != node_ctype[3])
+/* The first of `n` nodes that x holds, or NULL: node memory (a bytes
+ * object of room for n nodes: pygrad/_lifetime.py), or a pg_node * cdata
+ * (a node within such memory, which the rest of the keep holds). */
+static pg_node *node_at(PyObject *x, Py_ssize_t n) {
+    if (PyBytes_Check(x)) {
+        char *at = (char *)x + bytes_data_at;
+        return Py_SIZE(x) >= n * (Py_ssize_t)sizeof(pg_node) && (uintptr_t)at % _Alignof(pg_node) == 0
+               ? (pg_node *)(void *)at : NULL;
+    }
+    if ((PyObject *)Py_TYPE(x) != pointer_class
+        || *(PyObject **)(void *)((char *)x + cdata_ctype_at) != pointer_ctype)
         return NULL;
-    return *(pg_node **)(void *)((char *)c + cdata_ptr_at);
+    return *(pg_node **)(void *)((char *)x + cdata_ptr_at);
 }
 
 /* The node of a keep (its first item), or NULL. */
 static pg_node *keep_node(PyObject *keep) {
     if (!PyTuple_CheckExact(keep) || PyTuple_Size(keep) < 1) return NULL;
-    return node_at(PyTuple_GetItem(keep, 0));
+    return node_at(PyTuple_GetItem(keep, 0), 1);
 }
 
 /* made's new node and its operands' nodes (b NULL for a unary op or one
- * with a number); 0 if any is missing. */
-static int made_nodes(PyObject *made, pg_node **out, pg_node **a, pg_node **b) {
+ * with a number, whose memory holds the number's leaf too); 0 if any is
+ * missing. */
+static int made_nodes(PyObject *made, pg_node **out, pg_node **a, pg_node **b, Py_ssize_t n) {
     if (value_type == NULL || !PyTuple_CheckExact(made) || PyTuple_Size(made) < 4) return 0;
     PyObject *keep = PyTuple_GetItem(made, 1);
     if (!PyTuple_CheckExact(keep) || PyTuple_Size(keep) != (b != NULL ? 3 : 2)) return 0;
-    *out = node_at(PyTuple_GetItem(keep, 0));
+    *out = node_at(PyTuple_GetItem(keep, 0), n);
     *a = keep_node(PyTuple_GetItem(keep, 1));
     if (b != NULL) *b = keep_node(PyTuple_GetItem(keep, 2));
     return *out != NULL && *a != NULL && (b == NULL || *b != NULL);
+}
+
+/* The nodes of the n keeps in the tuple `keeps` into ptrs (bulk paths,
+ * n-ary nodes' children); PG_E_ARG if any item is no keep. */
+static int32_t pg_pack_keeps(uintptr_t keeps, pg_node **ptrs, uint32_t n) {
+    PyObject *t = (PyObject *)keeps;
+    if (value_type == NULL || !PyTuple_CheckExact(t) || PyTuple_Size(t) != (Py_ssize_t)n)
+        return PG_E_ARG;
+    for (uint32_t i = 0; i < n; i++)
+        if ((ptrs[i] = keep_node(PyTuple_GetItem(t, (Py_ssize_t)i))) == NULL) return PG_E_ARG;
+    return 0;
+}
+
+/* Node memory (or a node pointer) as a pg_node * cdata: pointer arithmetic
+ * and comparison in Python (pygrad/_lifetime.py's first_node). */
+static pg_node *pg_node_ptr(void *memory) {
+    return memory;
 }
 
 /* made's number operand k, as float(k) makes it; 0 if it has none. */

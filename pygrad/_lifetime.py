@@ -1,36 +1,56 @@
 """Node lifetime, in one paragraph (csrc/pygrad.h says the same for C).
 
 **Python owns every node, through immutable keeps.**  (1) A node lives in
-memory that a cffi owning cdata holds (``ffi.new``: one array for every
-node one C call makes); C never allocates, frees or records a node.
-(2) A Value's *keep* is a tuple whose first item points to the Value's
-node and whose other items hold that node's memory and the keeps of every
-node it points to; a keep is built before the C call that links the new
-node to its children, so a node can only point to what its keep holds.
-(3) Tuples can't be cleared by the collector or rebound by user code, so
-rebinding or clearing any attribute of a Value drops at most that Value's
-own hold, never memory a live node points to; a cdata is freed only when
-CPython really deallocates it, after every finalizer.  (4) A call into C
-that walks a graph is handed a node whose keep the caller holds in a
-local variable for the whole call, so it may let the GIL go.
+the bytes of a bytes object, *node memory* (one for every node one C call
+makes); C never allocates, frees or records a node.  (2) A Value's *keep*
+is a tuple whose first item is the Value's node (its memory, or a pointer
+into memory the keep holds) and whose other items hold that memory and
+the keeps of every node it points to; a keep is built before the C call
+that links the new node to its children, so a node can only point to what
+its keep holds.  (3) Tuples can't be cleared by the collector or rebound
+by user code, so rebinding or clearing any attribute of a Value drops at
+most that Value's own hold, never memory a live node points to; a bytes
+object can't be resized, and is freed only when CPython really
+deallocates it, after every finalizer.  (4) A call into C that walks a
+graph is handed a node whose keep the caller holds in a local variable
+for the whole call, so it may let the GIL go.
 
 The Value also holds the Values it was made from (``_prev``: class,
 attributes and identity), but nothing C reads depends on them.  Everything
 here is a small helper of ``engine``; nothing keeps a record of live
-nodes.
+nodes.  Why bytes: CPython's small-object allocator takes them (a node and
+its header fit 96 bytes), so a graph's nodes lie together in its arenas,
+cost less to make than a cffi array, and give their pages back to the
+system when the graph is freed (docs/lifetime.md).
 """
-from typing import Any, Iterable, Tuple
+from typing import Any, Callable, Iterable, Tuple
 
 from ._core import ffi, lib
 
-__all__ = ["NODE", "NODE_PAIR", "NODES", "POINTERS", "Packed", "pack", "check", "within"]
+__all__ = ["NODE_SIZE", "POINTERS", "Packed", "first_node", "pointers", "pack", "check",
+           "within"]
 
-#: One node; a node and the leaf of its number operand (``v * 2``); n nodes.
-NODE = ffi.typeof("pg_node[1]")
-NODE_PAIR = ffi.typeof("pg_node[2]")
-NODES = ffi.typeof("pg_node[]")
+#: The bytes of one node: node memory for n nodes is ``bytes(n * NODE_SIZE)``
+#: (zeroed; engine makes it through ``engine._node_memory``).
+NODE_SIZE: int = ffi.sizeof("pg_node")
 #: A list of node pointers (children, parameters).
 POINTERS = ffi.typeof("pg_node *[]")
+
+
+#: Node memory's first node as a ``pg_node *`` cdata (pointer arithmetic
+#: and comparison); the memory must stay held.
+first_node: Callable[[Any], Any] = lib.pg_node_ptr
+
+
+def pointers(keeps: Tuple[tuple, ...]) -> Any:
+    """A new array of the nodes of ``keeps``, for a C call (whoever passes
+    it holds the keeps)."""
+    n = len(keeps)
+    ptrs = ffi.new(POINTERS, n)
+    if lib.pg_pack_keeps(id(keeps), ptrs, n):
+        raise TypeError("pygrad: a Value's node is missing (its _pg_keep was overwritten): "
+                        "make the Value again from its data")
+    return ptrs
 
 
 class Packed:
@@ -44,7 +64,7 @@ class Packed:
 
     def __init__(self, keeps: Tuple[tuple, ...]) -> None:
         self.keeps = keeps
-        self.ptrs = ffi.new(POINTERS, [k[0] for k in keeps])
+        self.ptrs = pointers(keeps)
 
     def __len__(self) -> int:
         return len(self.keeps)

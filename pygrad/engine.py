@@ -18,18 +18,26 @@ the class attribute ``_pygrad_result_class`` (``_result_class`` reads it).
 import functools
 import gc
 import numbers
+import sys
 from typing import Any, Callable, Iterable, Iterator, Optional, Set, Tuple
 
 from . import _ops
 from ._core import ffi, lib
 from ._copies import new_leaf
-from ._lifetime import NODE, NODE_PAIR, NODES, POINTERS, Packed, check as _check, within
+from ._lifetime import NODE_SIZE as _NODE_SIZE, POINTERS, Packed, check as _check
+from ._lifetime import first_node, pointers, within
 from ._numbers import real_or_none, value_data
 
 __all__ = ["Value", "settle"]
 
 _new = object.__new__
 _alloc = ffi.new
+# Node memory (pygrad/_lifetime.py): _node_memory(n * _NODE_SIZE) for n
+# nodes, _node_memory(_ONE_SIZE) for one (set below Value: _one_size), and
+# _node_memory(_PAIR_SIZE) for an op and its number's leaf
+# (tests/internals.py wraps it to count live nodes).
+_node_memory = bytes
+_PAIR_SIZE = 2 * _NODE_SIZE
 _NULL = ffi.NULL
 _powk_float, _powk_int = lib.pg_powk_float, lib.pg_powk_int
 _pg_leaf, _pg_leaf_v = lib.pg_leaf, lib.pg_leaf_v
@@ -130,8 +138,8 @@ def _wrap(cls: type, keep: tuple, a: Any, b: Any) -> "Value":
 def make_nary(op: int, variant: int, values: "tuple[Value, ...]") -> "Value":
     """A fused n-ary node over ``values`` (their nodes, in order)."""
     keeps = tuple(v._pg_keep for v in values)
-    kids = _alloc(POINTERS, [k[0] for k in keeps])
-    node = _alloc(NODE)
+    kids = pointers(keeps)
+    node = _node_memory(_ONE_SIZE)
     keep = (node, kids, keeps)
     rc = lib.pg_nary(node, op, variant, kids, len(keeps))
     if rc:
@@ -144,7 +152,7 @@ def make_layer(act: int, params: Packed, param_values: tuple, xs: "tuple[Value, 
                nin: int, nout: int) -> "list[Value]":
     """nout fused LINEAR nodes over shared inputs (pygrad.nn.Layer)."""
     x = Packed(tuple(v._pg_keep for v in xs))
-    nodes = _alloc(NODES, nout)
+    nodes = _node_memory(nout * _NODE_SIZE)
     edges = _alloc(POINTERS, lib.pg_layer_words(nin, nout))
     layer = (nodes, edges, params.keeps, x.keeps)
     rc = lib.pg_linear_layer(nodes, edges, act, params.ptrs, x.ptrs, nin, nout)
@@ -152,7 +160,8 @@ def make_layer(act: int, params: Packed, param_values: tuple, xs: "tuple[Value, 
         _fail(rc, "a layer")
     _track_below(*xs)
     holds = (param_values, xs)
-    return [_wrap(Value, (nodes + j, layer), holds, None) for j in range(nout)]
+    first = first_node(nodes)
+    return [_wrap(Value, (first + j, layer), holds, None) for j in range(nout)]
 
 
 def make_mlp(acts: Any, params: "list[Packed]", sizes: "list[int]", param_values: tuple,
@@ -165,7 +174,7 @@ def make_mlp(acts: Any, params: "list[Packed]", sizes: "list[int]", param_values
     nlayers = len(sizes) - 1
     total = sum(sizes[1:])
     words = sum(lib.pg_layer_words(sizes[i], sizes[i + 1]) for i in range(nlayers))
-    nodes = _alloc(NODES, total)
+    nodes = _node_memory(total * _NODE_SIZE)
     edges = _alloc(POINTERS, words)
     arrays = _alloc("pg_node *const *[]", [p.ptrs for p in params])
     layer = (nodes, edges, tuple(p.keeps for p in params), x.keeps)
@@ -175,19 +184,20 @@ def make_mlp(acts: Any, params: "list[Packed]", sizes: "list[int]", param_values
     _track_below(*xs)
     holds = (param_values, xs)
     table: "dict[Any, Value]" = {}
-    first = total - sizes[-1]
-    return [_wrap(Value, (nodes + (first + j), layer), holds, table) for j in range(sizes[-1])]
+    last = first_node(nodes) + (total - sizes[-1])
+    return [_wrap(Value, (last + j, layer), holds, table) for j in range(sizes[-1])]
 
 
 def make_leaves(data: "list[float]") -> "list[Value]":
     """Leaves holding ``data`` (pygrad.data.to_values), in one C call."""
     n = len(data)
-    nodes = _alloc(NODES, n)
+    nodes = _node_memory(n * _NODE_SIZE)
     rc = lib.pg_leaves(nodes, _alloc("double[]", data), n)
     if rc:
         _fail(rc, "leaves")
     keep = (nodes,)
-    return [_wrap(Value, (nodes + i, keep), None, None) for i in range(n)]
+    first = first_node(nodes)
+    return [_wrap(Value, (first + i, keep), None, None) for i in range(n)]
 
 
 def make_function(data: float, values: "tuple[Value, ...]", partials: "list[float]",
@@ -195,16 +205,16 @@ def make_function(data: float, values: "tuple[Value, ...]", partials: "list[floa
     """A pygrad.Function node with its captured partials."""
     keeps = tuple(v._pg_keep for v in values)
     n = len(keeps)
-    kids = _alloc(POINTERS, [k[0] for k in keeps])
+    kids = pointers(keeps)
     edges = _alloc(POINTERS, lib.pg_function_words(n))
-    node = _alloc(NODE)
+    node = _node_memory(_ONE_SIZE)
     keep = (node, edges, keeps)
     rc = lib.pg_function(node, data, kids, _alloc("double[]", partials), n, edges)
     if rc:
         _fail(rc, "a Function's node")
     _track_below(*values)
     out = _wrap(Value, keep, values, None)
-    out._pg_op = name
+    out._op = name
     return out
 
 
@@ -243,7 +253,7 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
                 cls = _RESULT_CLASS.get(cls) or _result_class(cls)
             out = _new(cls)
             # both operands known: _prev needs no call
-            made = (out, (_alloc(NODE), self._pg_keep), self, self)
+            made = (out, (_node_memory(_ONE_SIZE), self._pg_keep), self, self)
             rc = make1(id(made))
             if rc:
                 _op_failed(rc)
@@ -267,12 +277,12 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
         if t is Value or (t is not float and t is not int and isinstance(other, Value)):
             # the node's children in the op's order: other first when swapped
             # (`w.__rsub__(v)` is v - w)
-            made: tuple = ((out, (_alloc(NODE), other._pg_keep, self._pg_keep), other, self)
+            made: tuple = ((out, (_node_memory(_ONE_SIZE), other._pg_keep, self._pg_keep), other, self)
                            if swapped else
-                           (out, (_alloc(NODE), self._pg_keep, other._pg_keep), self, other))
+                           (out, (_node_memory(_ONE_SIZE), self._pg_keep, other._pg_keep), self, other))
             rc = make(id(made))
         elif t is float or t is int:
-            made = (out, (_alloc(NODE_PAIR), self._pg_keep), self, None, other)
+            made = (out, (_node_memory(_PAIR_SIZE), self._pg_keep), self, None, other)
             rc = make_k(id(made))
             if rc == _E_NUMBER:       # an int too large for a double
                 return _odd_operand(self, other, plain, plain_k, swapped)
@@ -296,7 +306,7 @@ def _odd_operand(self: "Value", other: Any, make: Callable[..., int],
     if k is None:
         return _not_a_number(other)
     ka = self._pg_keep
-    node = _alloc(NODE_PAIR)
+    node = _node_memory(_PAIR_SIZE)
     keep = (node, ka)
     rc = make_k(node, k, ka[0]) if swapped else make_k(node, ka[0], k)
     if rc:
@@ -360,7 +370,7 @@ def _operands(v: "Value") -> Iterator["Value"]:
 def _node_of(v: Any) -> Any:
     """v's node pointer, or None for what is no Value with a keep."""
     keep = getattr(v, "_pg_keep", None)
-    return keep[0] if type(keep) is tuple and keep else None
+    return first_node(keep[0]) if type(keep) is tuple and keep else None
 
 
 def _track_below(*values: Any) -> None:
@@ -457,6 +467,24 @@ def _number_field(get: Callable[[Any], float], put: Callable[[Any, float], None]
     return property(fget, fset, doc=doc)
 
 
+class _OpName:
+    """``Value._op``: the op's name, for drawing (``'+'``, ``'*'``,
+    ``'**2'``, ...), micrograd's.  A name set on a Value (``out._op =
+    '-'``, a custom op's) lives in its instance dict, as micrograd keeps
+    it, and comes first (this descriptor has no ``__set__``); else the
+    name is read from the C node."""
+
+    def __get__(self, v: Any, cls: Any = None) -> Any:
+        if v is None:
+            return self
+        keep = v._pg_keep
+        op = _describe(keep[0]) & _D_OP
+        name = _OP_NAMES[op]
+        if name is None:
+            name = "" if op == _CUSTOM else _op_name(keep[0], op)
+        return name
+
+
 from typing import TYPE_CHECKING  # noqa: E402  (beside its one use)
 
 if TYPE_CHECKING:
@@ -476,12 +504,11 @@ class Value(_ValueBase):
     method runs, when that class keeps Value's ``__init__`` (module doc).
     """
 
-    __slots__ = ("_pg_keep", "_pg_a", "_pg_b", "_pg_kids", "_pg_op", "__dict__", "__weakref__")
+    __slots__ = ("_pg_keep", "_pg_a", "_pg_b", "_pg_kids", "__dict__", "__weakref__")
     _pg_keep: tuple   # the node's keep (pygrad/_lifetime.py): never written but here
     _pg_a: Any        # the operand Values it was made from (or None, or tuples)
     _pg_b: Any
     _pg_kids: Optional[Set["Value"]]
-    _pg_op: str
     #: A name for drawing: a str, kept in the instance dict once set (as the
     #: micrograd lecture's Value keeps it), "" until then.
     label: str = ""
@@ -491,7 +518,7 @@ class Value(_ValueBase):
         if getattr(self, "_pg_keep", None) is not None:
             raise TypeError("a pygrad.Value is initialised once: make a new Value instead")
         if not _children and _op == "":      # a leaf: the common case
-            node = _alloc(NODE)
+            node = _node_memory(_ONE_SIZE)
             made = (self, (node,), None, None)
             if type(data) is float:
                 rc = _pg_leaf_v(node, data, id(made))
@@ -520,9 +547,9 @@ class Value(_ValueBase):
         # kept where micrograd keeps it, in the instance dict; backward()
         # finds this Value through the node's handle, which its keep holds.
         keeps = tuple(c._pg_keep for c in kids)
-        ptrs = _alloc(POINTERS, [k[0] for k in keeps])
+        ptrs = pointers(keeps)
         handle = ffi.new_handle(self)
-        node = _alloc(NODE)
+        node = _node_memory(_ONE_SIZE)
         keep = (node, ptrs, handle, keeps)
         rc = lib.pg_custom(node, x, ptrs, len(keeps), handle)
         if rc:
@@ -533,7 +560,7 @@ class Value(_ValueBase):
         _set_a(self, kids)
         if kids:
             self.__dict__["_backward"] = None
-        self._pg_op = _op
+        self._op = _op
         if label:
             self.label = label
 
@@ -544,14 +571,20 @@ class Value(_ValueBase):
         # (Tracked first: a Ctrl-C between the two steps then leaves at
         # most a tracked Value without its attribute.)
         if name not in _NUMBER_FIELDS and type(value) not in _ATOMIC_TYPES:
+            if name == "_pg_keep":
+                # C reads the node from a keep without a check (a number
+                # field is one cffi call): only pygrad makes keeps.  (An
+                # atomic value has no node to read: what reads it raises.)
+                raise TypeError("a pygrad.Value's _pg_keep holds its C node: it can be let go "
+                                "(None), not replaced; make a new Value instead")
             if getattr(self, "_pg_a", _FRESH) is _FRESH:
                 _set_a(self, None)      # being made: C then leaves it tracked
             if not _is_tracked(self):
                 _track(id(self))
                 _track_below(*_operands(self))
             _track_referenced(value)
-        if name == "label" and not isinstance(value, str):
-            raise TypeError(f"label must be str, not {type(value).__name__}")
+        if (name == "label" or name == "_op") and not isinstance(value, str):
+            raise TypeError(f"{name} must be str, not {type(value).__name__}")
         _setattr(self, name, value)
 
     # -- numbers ------------------------------------------------------------
@@ -562,28 +595,7 @@ class Value(_ValueBase):
 
     # -- graph --------------------------------------------------------------
 
-    @property
-    def _op(self) -> str:
-        """The op's name, for drawing (``'+'``, ``'*'``, ``'**2'``, ...):
-        micrograd's, or what was set."""
-        try:
-            return self._pg_op
-        except AttributeError:
-            pass
-        keep = self._pg_keep
-        op = _describe(keep[0]) & _D_OP
-        name = _OP_NAMES[op]
-        if name is None:
-            name = "" if op == _CUSTOM else _op_name(keep[0], op)
-        self._pg_op = name
-        return name
-
-    @_op.setter
-    def _op(self, name: str) -> None:
-        # micrograd-style code names its own ops (out._op = '-')
-        if not isinstance(name, str):
-            raise TypeError(f"_op must be str, not {type(name).__name__}")
-        self._pg_op = name
+    _op: str = _OpName()  # type: ignore[assignment]
 
     @property
     def _prev(self) -> Set["Value"]:
@@ -618,7 +630,7 @@ class Value(_ValueBase):
                     kids = _Children((a,))
                 elif b is None and _describe(keep[0]) & _D_OP in _BINARY:
                     # an op with a number: the number's leaf is the node after it
-                    kids = _Children((a, _wrap(Value, within(keep, keep[0] + 1), None, None)))
+                    kids = _Children((a, _wrap(Value, within(keep, first_node(keep[0]) + 1), None, None)))
                 else:
                     kids = _Children(_kids_of(self))
                 _set_kids(self, kids)
@@ -698,7 +710,7 @@ class Value(_ValueBase):
                 return _not_a_number(other)
             make = _powk_int if isinstance(other, numbers.Integral) else _powk_float
         ka = self._pg_keep
-        node = _alloc(NODE)
+        node = _node_memory(_ONE_SIZE)
         keep = (node, ka)
         try:
             rc = make(node, ka[0], k)
@@ -755,16 +767,33 @@ def _bind() -> None:
     _set_a(probe, a)
     _set_b(probe, b)
     _set_kids(probe, kids)
-    nodes = _alloc(NODES, 2)
-    cdatas = tuple((c, int(ffi.cast("uintptr_t", c)), ffi.typeof(c))
-                   for c in (_alloc(NODE), _alloc(NODE_PAIR), nodes, nodes + 1))
+    memory = bytes(_PAIR_SIZE)
+    pointer = first_node(memory) + 1
+    described = (pointer, int(ffi.cast("uintptr_t", pointer)), ffi.typeof(pointer))
     if lib.pg_binding_init(id(probe), Value.__basicsize__, id(keep), id(a), id(b), id(kids),
-                           id(cdatas)):
+                           id(described)):
         raise ImportError("pygrad: could not find Value's slots or a cdata's pointer in "
                           "their layouts")
 
 
 _bind()
+
+
+def _one_size() -> int:
+    """The bytes of one node's memory.  CPython's allocator keeps small
+    objects of each size (rounded up to 16 bytes) together; a Value and a
+    node's bytes object can round to the same size (96 bytes on CPython
+    3.11), and then a graph's nodes lie between its Values and backward(),
+    which reads only nodes, reads twice the memory (measured: 20-30% slower
+    over a 600k-node chain).  So one node's memory is made 16 bytes larger
+    where that happens."""
+    def block(size: int) -> int:
+        return -(-size // 16) * 16
+    one = block(sys.getsizeof(bytes(_NODE_SIZE)))
+    return _NODE_SIZE + (16 if one == block(sys.getsizeof(_new(Value))) else 0)
+
+
+_ONE_SIZE = _one_size()
 _VALUE_MRO = frozenset(Value.__mro__)
 
 

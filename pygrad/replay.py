@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Tuple, Unio
 
 from ._core import ffi, lib
 from ._numbers import not_a_number, real_array
-from ._lifetime import pack
+from ._lifetime import pack, pointers
 from ._value_ops import Scalar
 from .engine import Value, find_below
 
@@ -146,8 +146,8 @@ class Program:
         batch = ffi.gc(ffi.new("pg_batch *"), lib.pg_batch_clear)
         bad = ffi.new("pg_node **")
         keeps = self._keeps[:len(self._outputs)] + tuple(v._pg_keep for v in inputs)
-        outs = ffi.new("pg_node *[]", [k[0] for k in keeps[:len(self._outputs)]])
-        ins = ffi.new("pg_node *[]", [k[0] for k in keeps[len(self._outputs):]])
+        outs = pointers(keeps[:len(self._outputs)])
+        ins = pointers(keeps[len(self._outputs):])
         rc = lib.pg_batch_compile(outs, len(self._outputs), ins, len(inputs), batch, bad)
         _check(rc, bad[0], self._outputs)
         self._keeps = keeps

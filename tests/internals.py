@@ -4,9 +4,10 @@ the fault-injection tests) call the core directly; everything else asks here.
 
 C keeps no record of live nodes (pygrad/_lifetime.py), so the tests count
 them from Python's side: importing this module wraps the engine's node
-allocation (``pygrad.engine._alloc``) with one that keeps a weak reference
-to every node array it makes.  The count is the nodes in those arrays that
-are still alive."""
+memory (``pygrad.engine._node_memory``, a bytes object) with one that makes
+it a bytes subclass holding a token, and keeps a weak reference to the
+token (a bytes object takes none): the token dies with the memory.  The
+count is the nodes in that memory still alive."""
 import weakref
 from typing import Any, List, Tuple
 
@@ -14,40 +15,60 @@ import pygrad.engine as _engine
 from pygrad._core import ffi, lib
 
 _NODE_BYTES = lib.pg_node_size()
-_arrays: List[Tuple[Any, int]] = []        # (weak reference, nodes) per node array
-_real_alloc = _engine._alloc
-_node_types = {ffi.typeof("pg_node[1]"), ffi.typeof("pg_node[2]"), ffi.typeof("pg_node[]")}
+# (weak reference, nodes, address) per node memory
+_arrays: List[Tuple[Any, int, int]] = []
+
+
+class _Counted(bytes):
+    """Node memory the tests can watch (the core takes any bytes as node
+    memory); its one attribute, ``token``, dies with it."""
+
+
+class _Token:
+    __slots__ = ("__weakref__",)
 
 
 _prune_at = [1 << 16]      # the list's length that next prunes it (doubling: linear in all)
 
 
 def _prune() -> None:
-    _arrays[:] = [(r, n) for r, n in _arrays if r() is not None]
+    _arrays[:] = [a for a in _arrays if a[0]() is not None]
     _prune_at[0] = max(1 << 16, 2 * len(_arrays))
 
 
-def _tracked_alloc(ctype: Any, *init: Any) -> Any:
-    cdata = _real_alloc(ctype, *init)
-    if ctype in _node_types:
-        _arrays.append((weakref.ref(cdata), ffi.sizeof(cdata) // _NODE_BYTES))
-        if len(_arrays) >= _prune_at[0]:
-            _prune()
-    return cdata
+def _counted_memory(size: int) -> bytes:
+    memory = _Counted(size)
+    memory.token = token = _Token()
+    _arrays.append((weakref.ref(token), size // _NODE_BYTES,
+                    int(ffi.cast("uintptr_t", lib.pg_node_ptr(memory)))))
+    if len(_arrays) >= _prune_at[0]:
+        _prune()
+    return memory
 
 
-_engine._alloc = _tracked_alloc
+_engine._node_memory = _counted_memory
+
+
+def live_ranges() -> List[Tuple[int, int]]:
+    """[start, end) of every node memory alive now."""
+    return [(at, at + n * _NODE_BYTES) for ref, n, at in _arrays if ref() is not None]
+
+
+def memory_ref(v: Any) -> Any:
+    """A weak reference that dies with the memory of v's node (v an op's
+    Value: its keep's first item is that memory)."""
+    return weakref.ref(v._pg_keep[0].token)
 
 
 def live_nodes() -> int:
     """C nodes alive now: in node arrays that Python has not freed."""
     _prune()
-    return sum(n for _, n in _arrays)
+    return sum(n for _, n, _ in _arrays)
 
 
 def node_of(v: Any) -> int:
     """The address of a C Value's node."""
-    return int(ffi.cast("uintptr_t", v._pg_keep[0]))
+    return int(ffi.cast("uintptr_t", lib.pg_node_ptr(v._pg_keep[0])))
 
 
 def runs_python_backward(v: Any) -> bool:

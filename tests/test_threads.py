@@ -8,6 +8,7 @@ import sys
 import threading
 import traceback
 
+import internals
 import pytest
 
 from pygrad import Value
@@ -204,7 +205,7 @@ def test_a_big_graph_dies_while_another_thread_builds(frequent_thread_switches):
         grads = (x.grad, w.grad)
         memory, v = [], y
         while v is not x:                   # y = y * w + 0.000001, back to x
-            memory.append(weakref.ref(v._pg_keep[0]))
+            memory.append(internals.memory_ref(v))
             v = v._pg_a
         del x, w, y, v
         return grads, len(memory), sum(r() is None for r in memory)

@@ -165,15 +165,18 @@ class _CoreFFI(_FFI):
 
 def _c_type(node, structs: "set[str]", result: bool) -> str:
     """The Python type of a C type node: numbers as int or float, a struct
-    pointer returned as the struct (its fields are read through it), any
-    other pointer as cffi's CData."""
+    pointer returned as the struct (its fields are read through it), a
+    ``void *`` parameter as CData or bytes (node memory), any other pointer
+    as cffi's CData."""
     from pycparser import c_ast
     if isinstance(node, c_ast.PtrDecl):
         inner = node.type
-        if (result and isinstance(inner, c_ast.TypeDecl)
-                and isinstance(inner.type, c_ast.IdentifierType)
-                and inner.type.names[-1] in structs):
+        named = (isinstance(inner, c_ast.TypeDecl) and isinstance(inner.type, c_ast.IdentifierType)
+                 and inner.type.names[-1])
+        if result and named in structs:
             return inner.type.names[-1]
+        if not result and named == "void":
+            return "_CData | bytes"   # cffi passes a bytes object as the address of its bytes
         return "_CData"
     if isinstance(node, c_ast.TypeDecl) and isinstance(node.type, c_ast.IdentifierType):
         name = node.type.names[-1]
