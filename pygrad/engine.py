@@ -76,7 +76,8 @@ def _result_class(cls: type) -> type:
         if not (isinstance(found, type) and issubclass(found, Value)):
             found = cls if cls.__dict__.get("__init__", Value.__init__) is Value.__init__ \
                 and getattr(cls, "__init__") is Value.__init__ else Value
-        _RESULT_CLASS[cls] = found
+        if isinstance(cls, type) and issubclass(cls, Value):    # (the dunders test operands here)
+            _RESULT_CLASS[cls] = found
         _untrackable(found)
     return found
 
@@ -250,7 +251,10 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
         def unary(self: "Value") -> "Value":
             cls = type(self)
             if cls is not Value:
-                cls = _RESULT_CLASS.get(cls) or _result_class(cls)
+                try:
+                    cls = _RESULT_CLASS[cls]
+                except KeyError:
+                    cls = _result_class(cls)
             out = _new(cls)
             # both operands known: _prev needs no call
             made = (out, (_node_memory(_ONE_SIZE), self._pg_keep), self, self)
@@ -271,15 +275,21 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
     def binary(self: "Value", other: Any) -> "Value":
         cls = type(self)
         if cls is not Value:
-            cls = _RESULT_CLASS.get(cls) or _result_class(cls)
+            try:
+                cls = _RESULT_CLASS[cls]
+            except KeyError:
+                cls = _result_class(cls)
         out = _new(cls)
         t = type(other)
-        if t is Value or (t is not float and t is not int and isinstance(other, Value)):
+        # (a subclass met before as an operand's class is in _RESULT_CLASS:
+        # a dict lookup is cheaper than isinstance)
+        if t is Value or t in _RESULT_CLASS or (t is not float and t is not int
+                                                and isinstance(other, Value)):
             # the node's children in the op's order: other first when swapped
             # (`w.__rsub__(v)` is v - w)
-            made: tuple = ((out, (_node_memory(_ONE_SIZE), other._pg_keep, self._pg_keep), other, self)
-                           if swapped else
-                           (out, (_node_memory(_ONE_SIZE), self._pg_keep, other._pg_keep), self, other))
+            memory = _node_memory(_ONE_SIZE)
+            made: tuple = ((out, (memory, other._pg_keep, self._pg_keep), other, self) if swapped
+                           else (out, (memory, self._pg_keep, other._pg_keep), self, other))
             rc = make(id(made))
         elif t is float or t is int:
             made = (out, (_node_memory(_PAIR_SIZE), self._pg_keep), self, None, other)
