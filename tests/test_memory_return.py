@@ -54,10 +54,10 @@ def test_a_dropped_chain_gives_its_memory_back_at_del():
 
 @pytest.mark.slow
 def test_a_dropped_2m_chain_gives_its_memory_back_at_del_after_backward():
-    # issue 44's figure.  (backward()'s scratch, 16 bytes a node, is malloc's:
-    # glibc may keep up to its trim threshold of it at the top of its heap
-    # for the next call, about 20 MB after a 400k-node chain, which is why
-    # the small case above runs no backward.)
+    # issue 44's figure.  (backward() keeps its scratch for the next call,
+    # 24 bytes a node up to 2**20 nodes (csrc/backward.c, SCRATCH_KEPT):
+    # about 20 MB after a 400k-node chain, which is why the small case above
+    # runs no backward; past 2**20 nodes it is freed.)
     grown, left = _chain(1_000_000, backward=True)        # 2M nodes
     assert grown > 400, grown
     assert left < 16, (grown, left)
