@@ -73,7 +73,7 @@ BINDING_CDEF = """
 void pg_track(uintptr_t value);
 int pg_binding_init(uintptr_t probe, intptr_t size, uintptr_t keep, uintptr_t a, uintptr_t b,
                     uintptr_t kids, uintptr_t pointer);
-int32_t pg_pack_keeps(uintptr_t keeps, pg_node **ptrs, uint32_t n);
+int32_t pg_pack_keeps(uintptr_t values, uintptr_t keeps, pg_node **ptrs, uint32_t n);
 pg_node *pg_node_ptr(void *memory);
 int32_t pg_finish(uintptr_t made);
 int32_t pg_leaf_v(pg_node *out, double data, uintptr_t made);

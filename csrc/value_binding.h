@@ -156,33 +156,46 @@ static pg_node *node_at(PyObject *x, Py_ssize_t n) {
     return *(pg_node **)(void *)((char *)x + cdata_ptr_at);
 }
 
-/* The node of a keep (its first item), or NULL. */
-static pg_node *keep_node(PyObject *keep) {
-    if (!PyTuple_CheckExact(keep) || PyTuple_Size(keep) < 1) return NULL;
+/* The node of `keep`, if it is what Value v's own slot holds; else NULL.
+ * Any bytes object passes node_at, so a keep is taken only from a real
+ * Value's slot: not from an object that says it is a Value (__class__),
+ * nor from what a subclass answers for _pg_keep (Value refuses subclasses
+ * that define the name). */
+static pg_node *keep_node(PyObject *v, PyObject *keep) {
+    if (!PyObject_TypeCheck(v, (PyTypeObject *)value_type)
+        || *(PyObject **)(void *)((char *)v + slot_keep) != keep
+        || !PyTuple_CheckExact(keep) || PyTuple_Size(keep) < 1)
+        return NULL;
     return node_at(PyTuple_GetItem(keep, 0), 1);
 }
 
 /* made's new node and its operands' nodes (b NULL for a unary op or one
  * with a number, whose memory holds the number's leaf too); 0 if any is
- * missing. */
+ * missing.  made = (value, keep, a, b[, k]): keep's items after the
+ * memory are a's and b's keeps. */
 static int made_nodes(PyObject *made, pg_node **out, pg_node **a, pg_node **b, Py_ssize_t n) {
     if (value_type == NULL || !PyTuple_CheckExact(made) || PyTuple_Size(made) < 4) return 0;
     PyObject *keep = PyTuple_GetItem(made, 1);
     if (!PyTuple_CheckExact(keep) || PyTuple_Size(keep) != (b != NULL ? 3 : 2)) return 0;
     *out = node_at(PyTuple_GetItem(keep, 0), n);
-    *a = keep_node(PyTuple_GetItem(keep, 1));
-    if (b != NULL) *b = keep_node(PyTuple_GetItem(keep, 2));
+    *a = keep_node(PyTuple_GetItem(made, 2), PyTuple_GetItem(keep, 1));
+    if (b != NULL) *b = keep_node(PyTuple_GetItem(made, 3), PyTuple_GetItem(keep, 2));
     return *out != NULL && *a != NULL && (b == NULL || *b != NULL);
 }
 
-/* The nodes of the n keeps in the tuple `keeps` into ptrs (bulk paths,
- * n-ary nodes' children); PG_E_ARG if any item is no keep. */
-static int32_t pg_pack_keeps(uintptr_t keeps, pg_node **ptrs, uint32_t n) {
-    PyObject *t = (PyObject *)keeps;
-    if (value_type == NULL || !PyTuple_CheckExact(t) || PyTuple_Size(t) != (Py_ssize_t)n)
+/* The nodes of the n Values in the tuple `values`, whose keeps are the
+ * tuple `keeps`, into ptrs (bulk paths, n-ary nodes' children); PG_E_ARG
+ * if any is no Value or its keep is not the one given. */
+static int32_t pg_pack_keeps(uintptr_t values, uintptr_t keeps, pg_node **ptrs, uint32_t n) {
+    PyObject *v = (PyObject *)values, *t = (PyObject *)keeps;
+    if (value_type == NULL || !PyTuple_CheckExact(v) || !PyTuple_CheckExact(t)
+        || PyTuple_Size(v) != (Py_ssize_t)n || PyTuple_Size(t) != (Py_ssize_t)n)
         return PG_E_ARG;
-    for (uint32_t i = 0; i < n; i++)
-        if ((ptrs[i] = keep_node(PyTuple_GetItem(t, (Py_ssize_t)i))) == NULL) return PG_E_ARG;
+    for (uint32_t i = 0; i < n; i++) {
+        Py_ssize_t j = (Py_ssize_t)i;
+        if ((ptrs[i] = keep_node(PyTuple_GetItem(v, j), PyTuple_GetItem(t, j))) == NULL)
+            return PG_E_ARG;
+    }
     return 0;
 }
 

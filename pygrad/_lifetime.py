@@ -42,14 +42,14 @@ POINTERS = ffi.typeof("pg_node *[]")
 first_node: Callable[[Any], Any] = lib.pg_node_ptr
 
 
-def pointers(keeps: Tuple[tuple, ...]) -> Any:
-    """A new array of the nodes of ``keeps``, for a C call (whoever passes
-    it holds the keeps)."""
+def pointers(values: Tuple[Any, ...], keeps: Tuple[tuple, ...]) -> Any:
+    """A new array of the nodes of ``values`` (pygrad Values) for a C call,
+    ``keeps`` their keeps (whoever passes the array holds them)."""
     n = len(keeps)
     ptrs = ffi.new(POINTERS, n)
-    if lib.pg_pack_keeps(id(keeps), ptrs, n):
-        raise TypeError("pygrad: a Value's node is missing (its _pg_keep was overwritten): "
-                        "make the Value again from its data")
+    if lib.pg_pack_keeps(id(values), id(keeps), ptrs, n):
+        raise TypeError("pygrad: a Value's node is missing (its _pg_keep was let go), or an "
+                        "item is no pygrad.Value: make the Value again from its data")
     return ptrs
 
 
@@ -62,9 +62,9 @@ class Packed:
     ptrs: Any
     keeps: Tuple[tuple, ...]
 
-    def __init__(self, keeps: Tuple[tuple, ...]) -> None:
-        self.keeps = keeps
-        self.ptrs = pointers(keeps)
+    def __init__(self, values: Tuple[Any, ...]) -> None:
+        self.keeps = tuple(v._pg_keep for v in values)
+        self.ptrs = pointers(values, self.keeps)
 
     def __len__(self) -> int:
         return len(self.keeps)
@@ -72,7 +72,7 @@ class Packed:
 
 def pack(values: Iterable[Any]) -> Packed:
     """The nodes of ``values`` (pygrad Values), packed."""
-    return Packed(tuple(v._pg_keep for v in values))
+    return Packed(tuple(values))
 
 
 def within(keep: tuple, ptr: Any) -> tuple:

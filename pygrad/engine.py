@@ -139,7 +139,7 @@ def _wrap(cls: type, keep: tuple, a: Any, b: Any) -> "Value":
 def make_nary(op: int, variant: int, values: "tuple[Value, ...]") -> "Value":
     """A fused n-ary node over ``values`` (their nodes, in order)."""
     keeps = tuple(v._pg_keep for v in values)
-    kids = pointers(keeps)
+    kids = pointers(values, keeps)
     node = _node_memory(_ONE_SIZE)
     keep = (node, kids, keeps)
     rc = lib.pg_nary(node, op, variant, kids, len(keeps))
@@ -152,7 +152,7 @@ def make_nary(op: int, variant: int, values: "tuple[Value, ...]") -> "Value":
 def make_layer(act: int, params: Packed, param_values: tuple, xs: "tuple[Value, ...]",
                nin: int, nout: int) -> "list[Value]":
     """nout fused LINEAR nodes over shared inputs (pygrad.nn.Layer)."""
-    x = Packed(tuple(v._pg_keep for v in xs))
+    x = Packed(xs)
     nodes = _node_memory(nout * _NODE_SIZE)
     edges = _alloc(POINTERS, lib.pg_layer_words(nin, nout))
     layer = (nodes, edges, params.keeps, x.keeps)
@@ -171,7 +171,7 @@ def make_mlp(acts: Any, params: "list[Packed]", sizes: "list[int]", param_values
     outputs are nodes without Values (``_prev`` makes them on demand, one
     per node: the table in ``_pg_b``); the last layer's outputs become
     Values, holding the model's parameters and the inputs."""
-    x = Packed(tuple(v._pg_keep for v in xs))
+    x = Packed(xs)
     nlayers = len(sizes) - 1
     total = sum(sizes[1:])
     words = sum(lib.pg_layer_words(sizes[i], sizes[i + 1]) for i in range(nlayers))
@@ -206,7 +206,7 @@ def make_function(data: float, values: "tuple[Value, ...]", partials: "list[floa
     """A pygrad.Function node with its captured partials."""
     keeps = tuple(v._pg_keep for v in values)
     n = len(keeps)
-    kids = pointers(keeps)
+    kids = pointers(values, keeps)
     edges = _alloc(POINTERS, lib.pg_function_words(n))
     node = _node_memory(_ONE_SIZE)
     keep = (node, edges, keeps)
@@ -523,9 +523,18 @@ class Value(_ValueBase):
     #: micrograd lecture's Value keeps it), "" until then.
     label: str = ""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # C takes any bytes object as node memory, so a keep must come from
+        # the slot itself: a subclass may not answer for these names.
+        super().__init_subclass__(**kwargs)
+        taken = sorted(_OWN_SLOTS & cls.__dict__.keys())
+        if taken:
+            raise TypeError(f"{cls.__name__} defines {', '.join(taken)}: pygrad.Value's own "
+                            f"slots (its C node's hold); give yours another name")
+
     def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
                  label: str = "") -> None:
-        if getattr(self, "_pg_keep", None) is not None:
+        if getattr(self, "_pg_keep", _FRESH) is not _FRESH:     # (None once let go)
             raise TypeError("a pygrad.Value is initialised once: make a new Value instead")
         if not _children and _op == "":      # a leaf: the common case
             node = _node_memory(_ONE_SIZE)
@@ -557,7 +566,7 @@ class Value(_ValueBase):
         # kept where micrograd keeps it, in the instance dict; backward()
         # finds this Value through the node's handle, which its keep holds.
         keeps = tuple(c._pg_keep for c in kids)
-        ptrs = pointers(keeps)
+        ptrs = pointers(kids, keeps)
         handle = ffi.new_handle(self)
         node = _node_memory(_ONE_SIZE)
         keep = (node, ptrs, handle, keeps)
@@ -596,6 +605,14 @@ class Value(_ValueBase):
         if (name == "label" or name == "_op") and not isinstance(value, str):
             raise TypeError(f"{name} must be str, not {type(value).__name__}")
         _setattr(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name == "_pg_keep":
+            # let go, as `= None`: an empty slot would let __init__ run
+            # again, over a node no optimizer or model holds
+            _set_keep(self, None)
+            return
+        _delattr(self, name)
 
     # -- numbers ------------------------------------------------------------
 
@@ -638,9 +655,12 @@ class Value(_ValueBase):
             if n == 2 and keep[1] is ka:
                 if b is a:                  # a unary op
                     kids = _Children((a,))
-                elif b is None and _describe(keep[0]) & _D_OP in _BINARY:
-                    # an op with a number: the number's leaf is the node after it
-                    kids = _Children((a, _wrap(Value, within(keep, first_node(keep[0]) + 1), None, None)))
+                elif (b is None and isinstance(keep[0], bytes) and len(keep[0]) >= _PAIR_SIZE
+                      and _describe(keep[0]) & _D_OP in _BINARY):
+                    # an op with a number: the number's leaf is the node
+                    # after it, in the same memory
+                    leaf = within(keep, first_node(keep[0]) + 1)
+                    kids = _Children((a, _wrap(Value, leaf, None, None)))
                 else:
                     kids = _Children(_kids_of(self))
                 _set_kids(self, kids)
@@ -690,7 +710,7 @@ class Value(_ValueBase):
         fails (a closure raises, Ctrl-C, no memory), every grad is left as
         it was; but a sweep with no custom op below is one call into C, and
         a Ctrl-C during it rises as it returns, with every grad applied."""
-        keep = self._pg_keep          # held for the whole sweep (_lifetime.py)
+        keep = _get_keep(self)        # held for the whole sweep (_lifetime.py)
         rc = lib.pg_backward(keep[0], _NULL)
         if rc == lib.PG_E_SWEEP:
             rc = _record_backward(self, keep)
@@ -755,14 +775,20 @@ class Value(_ValueBase):
 
 
 _setattr = object.__setattr__
+_delattr = object.__delattr__
 # Attributes that hold no reference a cycle could go through: numbers in C,
 # and strings.
 _ATOMIC_TYPES = frozenset({str, int, float, bool, type(None)})
 # Fields whose value goes to the C node, not to the Value.
 _NUMBER_FIELDS = frozenset({"data", "grad"})
 _FRESH = object()
+# Value's own slots: no subclass may define these names (__init_subclass__).
+_OWN_SLOTS = frozenset({"_pg_keep", "_pg_a", "_pg_b", "_pg_kids"})
 # The slots' own setters: the op path's stores, past Value.__setattr__.
 _set_keep = Value.__dict__["_pg_keep"].__set__
+# The slot itself, for backward(): nothing a subclass or an object that
+# claims to be a Value answers for the name.
+_get_keep = Value.__dict__["_pg_keep"].__get__
 _set_a = Value.__dict__["_pg_a"].__set__
 _set_b = Value.__dict__["_pg_b"].__set__
 _set_kids = Value.__dict__["_pg_kids"].__set__
@@ -794,7 +820,7 @@ def _one_size() -> int:
     objects of each size (rounded up to 16 bytes) together; a Value and a
     node's bytes object can round to the same size (96 bytes on CPython
     3.11), and then a graph's nodes lie between its Values and backward(),
-    which reads only nodes, reads twice the memory (measured: 20-30% slower
+    which reads only nodes, reads twice the memory (measured: about 20% slower
     over a 600k-node chain).  So one node's memory is made 16 bytes larger
     where that happens."""
     def block(size: int) -> int:

@@ -146,8 +146,8 @@ class Program:
         batch = ffi.gc(ffi.new("pg_batch *"), lib.pg_batch_clear)
         bad = ffi.new("pg_node **")
         keeps = self._keeps[:len(self._outputs)] + tuple(v._pg_keep for v in inputs)
-        outs = pointers(keeps[:len(self._outputs)])
-        ins = pointers(keeps[len(self._outputs):])
+        outs = pointers(self._outputs, keeps[:len(self._outputs)])
+        ins = pointers(inputs, keeps[len(self._outputs):])
         rc = lib.pg_batch_compile(outs, len(self._outputs), ins, len(inputs), batch, bad)
         _check(rc, bad[0], self._outputs)
         self._keeps = keeps

@@ -50,8 +50,10 @@ _NOT_API = {"__module__", "__doc__", "__dict__", "__weakref__", "__slots__", "__
             # copy and pickle protocol: documented in prose ("Copies and pickles")
             "__getstate__", "__setstate__", "__reduce__", "__reduce_ex__", "__deepcopy__",
             "__copy__", "__replace__",  # copy.replace (3.13 adds it to namedtuples)
-            # a model's edits reaching its caches: documented in prose (pygrad.nn)
-            "__setattr__"}
+            # a model's edits reaching its caches: documented in prose (pygrad.nn);
+            # Value's internal slots: docs/lifetime.md ("Writing pygrad's internal
+            # attributes can't crash")
+            "__setattr__", "__delattr__"}
 
 
 def heading_spans(markdown: str) -> "list[str]":
