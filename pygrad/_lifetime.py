@@ -7,7 +7,8 @@ is a tuple whose first item is the Value's node (its memory, or a pointer
 into memory the keep holds) and whose other items hold that memory and
 the keeps of every node it points to; a keep is built before the C call
 that links the new node to its children, so a node can only point to what
-its keep holds.  (3) Tuples can't be cleared by the collector or rebound
+its keep holds; C takes a keep only from a real Value's own slot (any bytes
+object would pass for node memory).  (3) Tuples can't be cleared by the collector or rebound
 by user code, so rebinding or clearing any attribute of a Value drops at
 most that Value's own hold, never memory a live node points to; a bytes
 object can't be resized, and is freed only when CPython really
