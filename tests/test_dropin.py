@@ -277,6 +277,7 @@ def test_graph_walker_sees_one_object_per_node():
     assert graphs[0][0] == 7  # a, b, c, d, d*c, relu, e: each once
 
 
+@pytest.mark.slow      # 5 s (the default run's budget: docs/development.md)
 def test_deep_chain_of_a_million_nodes_backprops():
     x = Value(0.0)
     w = Value(1.0)

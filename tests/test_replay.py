@@ -144,6 +144,7 @@ def test_a_program_keeps_its_graph_alive_after_the_user_drops_it():
     assert len(program) == 6     # x, x*x, exp, 1.0, +, log
 
 
+@pytest.mark.slow      # 10 s; test_demo.py runs the demo's tiers in the default run
 def test_demo_tiers_give_the_same_losses_and_replay_is_the_default(capsys):
     from pygrad import demo
     runs = {tier: demo.train_moons(steps=12, tier=tier)["losses"] for tier in demo.TIERS}

@@ -284,6 +284,17 @@ def test_a_ctrl_c_at_any_instruction_of_an_op_leaks_nothing_and_is_never_lost(ki
     del expected
     gc.collect()
     base = internals.live_nodes()
+    # The suite's heap leaves the collector's sight: a custom op's cut is
+    # collected below, and a full collection then walks only what the cuts
+    # made (23 s to 1 s in a whole suite's heap).
+    gc.freeze()
+    try:
+        _cut_at_every_instruction(kind, op, want, base)
+    finally:
+        gc.unfreeze()
+
+
+def _cut_at_every_instruction(kind, op, want, base):
     n = 0
     while True:
         n += 1

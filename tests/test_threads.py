@@ -88,6 +88,7 @@ def train_new_model(seed: int, tier: str):
     return train_moons(moons_model(seed, tier), seed, tier, steps=30)
 
 
+@pytest.mark.slow      # 7 s; test_four_threads_match_the_same_runs_one_after_another stays
 def test_four_threads_train_their_own_models_bit_identically(frequent_thread_switches):
     jobs = list(enumerate(["eager", "fused", "replay", "fused"]))
     serial = [train_new_model(seed, tier) for seed, tier in jobs]
@@ -96,7 +97,8 @@ def test_four_threads_train_their_own_models_bit_identically(frequent_thread_swi
     assert all(sum(h[-5:]) < sum(h[:5]) for h, _ in serial)     # they really trained
 
 
-@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("tier", [pytest.param(t, marks=pytest.mark.slow) if t == "eager" else t
+                                  for t in TIERS])     # eager: 7 s, the other tiers stay
 def test_a_model_built_in_one_thread_trains_in_another(tier):
     expected = train_new_model(7, tier)
     model = run_in_threads(moons_model, [(7, tier)])[0]
