@@ -6,8 +6,8 @@
  * keeps, and the tuple of what an op made.
  *
  * An op's dunder makes the Value (object.__new__), the node memory (a
- * bytes object: pygrad/_lifetime.py) and the keep, then calls the op's `_v` entry point with one
- * argument, id() of  made = (value, keep, a, b[, k]):  the operand Values
+ * bytes object: pygrad/_lifetime.py) and the keep, then calls the op's
+ * `_v` entry point with one argument, id() of  made = (value, keep, a, b[, k]):  the operand Values
  * a and b (b None for a number, b is a for a unary op), keep = (node
  * memory, a's keep[, b's keep]), and k the number operand.  The entry
  * point reads the node pointers from the keeps' first items (made holds
@@ -53,7 +53,8 @@ static void pg_untrack_objects(PyObject *t, PyObject *value, PyObject *a, PyObje
         for (i = 0; i < n; i++) {
             PyObject *x = PyTuple_GetItem(t, i);
             /* node memory refers to nothing (the tests count it in a bytes
-             * subclass with only a weak-reference slot, which is tracked) */
+             * subclass, tracked, whose dict holds only a token:
+             * tests/internals.py) */
             if (PyType_IS_GC(Py_TYPE(x)) && (!PyTuple_CheckExact(x) || PyObject_GC_IsTracked(x))
                 && !PyBytes_Check(x))
                 break;

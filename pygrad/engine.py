@@ -25,7 +25,7 @@ from . import _ops
 from ._core import ffi, lib
 from ._copies import new_leaf
 from ._lifetime import NODE_SIZE as _NODE_SIZE, POINTERS, Packed, check as _check
-from ._lifetime import first_node, pointers, within
+from ._lifetime import first_node, within
 from ._numbers import real_or_none, value_data
 
 __all__ = ["Value", "settle"]
@@ -138,11 +138,10 @@ def _wrap(cls: type, keep: tuple, a: Any, b: Any) -> "Value":
 
 def make_nary(op: int, variant: int, values: "tuple[Value, ...]") -> "Value":
     """A fused n-ary node over ``values`` (their nodes, in order)."""
-    keeps = tuple(v._pg_keep for v in values)
-    kids = pointers(values, keeps)
+    kids = Packed(values)
     node = _node_memory(_ONE_SIZE)
-    keep = (node, kids, keeps)
-    rc = lib.pg_nary(node, op, variant, kids, len(keeps))
+    keep = (node, kids.ptrs, kids.keeps)
+    rc = lib.pg_nary(node, op, variant, kids.ptrs, len(kids))
     if rc:
         _fail(rc)
     _track_below(*values)
@@ -204,13 +203,12 @@ def make_leaves(data: "list[float]") -> "list[Value]":
 def make_function(data: float, values: "tuple[Value, ...]", partials: "list[float]",
                   name: str) -> "Value":
     """A pygrad.Function node with its captured partials."""
-    keeps = tuple(v._pg_keep for v in values)
-    n = len(keeps)
-    kids = pointers(values, keeps)
+    kids = Packed(values)
+    n = len(kids)
     edges = _alloc(POINTERS, lib.pg_function_words(n))
     node = _node_memory(_ONE_SIZE)
-    keep = (node, edges, keeps)
-    rc = lib.pg_function(node, data, kids, _alloc("double[]", partials), n, edges)
+    keep = (node, edges, kids.keeps)
+    rc = lib.pg_function(node, data, kids.ptrs, _alloc("double[]", partials), n, edges)
     if rc:
         _fail(rc, "a Function's node")
     _track_below(*values)
@@ -565,12 +563,11 @@ class Value(_ValueBase):
         # closure set on it (None until then: micrograd's `lambda: None`),
         # kept where micrograd keeps it, in the instance dict; backward()
         # finds this Value through the node's handle, which its keep holds.
-        keeps = tuple(c._pg_keep for c in kids)
-        ptrs = pointers(kids, keeps)
+        packed = Packed(kids)
         handle = ffi.new_handle(self)
         node = _node_memory(_ONE_SIZE)
-        keep = (node, ptrs, handle, keeps)
-        rc = lib.pg_custom(node, x, ptrs, len(keeps), handle)
+        keep = (node, packed.ptrs, handle, packed.keeps)
+        rc = lib.pg_custom(node, x, packed.ptrs, len(packed), handle)
         if rc:
             _fail(rc, "a Value")
         _track_below(*kids)

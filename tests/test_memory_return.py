@@ -31,7 +31,7 @@ RSS = """
 """
 
 
-CHAIN = RSS + """
+CHAIN = """
     from pygrad import Value
     n, backward = int(sys.argv[1]), sys.argv[2] == "1"
     w, c = Value(0.999), Value(0.001)
@@ -48,10 +48,16 @@ CHAIN = RSS + """
 """
 
 
-def _chain(n: int, backward: bool) -> "tuple[float, float]":
-    out = run_python(CHAIN, prelude=f"import sys; sys.argv[1:] = ['{n}', '{int(backward)}']\n")
-    grown, left = map(float, out.split())
+def _grown_and_left(script: str, prelude: str = "") -> "tuple[float, float]":
+    """MiB of RSS the script's graphs took, and MiB left after they went
+    (the script prints both)."""
+    grown, left = map(float, run_python(RSS + script, prelude=prelude).split())
     return grown, left
+
+
+def _chain(n: int, backward: bool) -> "tuple[float, float]":
+    argv = f"import sys; sys.argv[1:] = ['{n}', '{int(backward)}']\n"
+    return _grown_and_left(CHAIN, prelude=argv)
 
 
 def test_a_dropped_chain_gives_its_memory_back_at_del():
@@ -78,7 +84,7 @@ def test_a_dropped_2m_chain_gives_its_memory_back_at_del_after_backward():
 def test_dropped_mlp_outputs_give_their_memory_back():
     # issue 45 item 11: 3,000 kept outputs of nn.MLP(2, [64, 64, 1]), dropped
     # (c35cc35 kept 53%; 1% on CPython 3.11)
-    out = run_python(RSS + """
+    grown, left = _grown_and_left("""
     from pygrad import nn
     random.seed(0)
     model = nn.MLP(2, [64, 64, 1])
@@ -91,7 +97,6 @@ def test_dropped_mlp_outputs_give_their_memory_back():
     gc.collect()
     print(built - before, rss_mib() - before)
     """)
-    grown, left = map(float, out.split())
     assert grown > 100, grown
     assert left < 0.1 * grown, (grown, left)
 
@@ -101,7 +106,7 @@ def test_dropped_dot_graphs_give_most_of_their_memory_back():
     # in the issue): what stays is glibc's, which holds what is past the
     # small-object allocator's 512 bytes (the n-ary nodes' lists of
     # children, a dot's leaves): 8% on CPython 3.11, 20% on 3.13
-    out = run_python(RSS + """
+    grown, left = _grown_and_left("""
     import pygrad
     from pygrad import Value
     random.seed(0)
@@ -116,6 +121,5 @@ def test_dropped_dot_graphs_give_most_of_their_memory_back():
     gc.collect()
     print(built - before, rss_mib() - before)
     """)
-    grown, left = map(float, out.split())
     assert grown > 80, grown
     assert left < 0.3 * grown, (grown, left)
