@@ -111,10 +111,12 @@ def live_nodes() -> int:
     return internals.live_nodes()
 
 
-# The scenarios whose C calls allocate (a sweep's order and saved grads, a
-# program's arrays) even once the walks' scratch has grown: node memory is
-# Python's, so a failed ffi.new is Python's own MemoryError, not tested here.
-ALLOCATING = {"python_backward", "replay", "batched"}
+# The scenarios whose C calls allocate on every run: a sweep's order and
+# saved grads, a program's arrays, and the walk's scratch over the chain's
+# 12k nodes (a test core keeps no more than 4,096 entries of it between
+# walks: csrc/backward.c).  Node memory is Python's, so a failed ffi.new is
+# Python's own MemoryError, not tested here.
+ALLOCATING = {"chain", "python_backward", "replay", "batched"}
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__)
@@ -164,3 +166,44 @@ def test_a_failed_backward_leaves_every_grad_untouched():
     y_ctl.backward()
     assert w.grad == w_ctl.grad
 
+
+
+def test_a_walk_that_fails_midway_leaves_the_same_graph_as_it_was():
+    """The walk marks each node it enters: a walk that runs out of memory
+    while it grows its scratch takes every mark off again, so the next
+    backward() over the very same graph reaches every node."""
+    a, b = Value(0.3), Value(0.7)
+    made = [a, b]
+    y = a
+    for _ in range(3_000):           # ~12k nodes: the scratch grows (csrc/backward.c)
+        y = y * b
+        made.append(y)
+        y = y + 0.5
+        made.append(y)
+        y = y.tanh()
+        made.append(y)
+
+    def backward():
+        for v in made:
+            v.grad = 0.0
+        y.backward()
+        return [v.grad for v in made]
+
+    expected = backward()
+    failures = 0
+    for n in range(1, 200):
+        for v in made:
+            v.grad = 0.0
+        with failing_allocation(n):
+            try:
+                y.backward()
+            except MemoryError:
+                failures += 1
+                assert [v.grad for v in made] == [0.0] * len(made)
+                reached = False
+            else:
+                reached = True
+        assert_same_doubles(backward(), expected, f"backward after failing allocation {n}")
+        if reached:
+            break
+    assert failures >= 5
