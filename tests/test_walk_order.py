@@ -485,6 +485,7 @@ def long_chain(E, cycles):
     return y, made
 
 
+@pytest.mark.slow          # 2 s: CI's slow stage runs it
 def test_a_chain_100k_nodes_deep_walks_in_order_and_matches_the_reference():
     c_root, c_made = long_chain(C_ENGINE, 8_400)
     want, deepest = dfs([node(c_root)])
