@@ -83,6 +83,10 @@ typedef struct frame {
 
 #define NARY_TAG ((uintptr_t)1)
 
+static inline pg_node *frame_node(const frame *f) {
+    return (pg_node *)(f->node & ~NARY_TAG);
+}
+
 /* How far below the node it enters the walk prefetches: 14 nodes in the
  * 96-byte blocks most CPythons give one node's memory, 12 in 3.11's 112-byte
  * ones (a whole number of both, so it lands on a node's mark). */
@@ -164,9 +168,10 @@ static int walk(pg_node *const *roots, uint32_t nroots, nodes *post, uint32_t *f
             /* Back in the top frame: its next unmarked child, or list it. */
             frame *f = &stack[depth - 1];
             if (f->node & NARY_TAG) {
-                pg_node *n = (pg_node *)(f->node & ~NARY_TAG);
-                while (f->u.next < n->c.list.n && n->aux.kids[f->u.next]->mark) f->u.next++;
-                if (f->u.next < n->c.list.n) next = n->aux.kids[f->u.next++];
+                pg_node *const *kids;
+                uint32_t nk = pg_children(frame_node(f), &kids);
+                while (f->u.next < nk && kids[f->u.next]->mark) f->u.next++;
+                if (f->u.next < nk) next = kids[f->u.next++];
             } else if (f->u.second != NULL) {
                 if (!f->u.second->mark) next = f->u.second;
                 f->u.second = NULL;
@@ -175,7 +180,7 @@ static int walk(pg_node *const *roots, uint32_t nroots, nodes *post, uint32_t *f
                 next->mark = 1;
                 continue;
             }
-            if (!push(post, (pg_node *)(f->node & ~NARY_TAG))) {
+            if (!push(post, frame_node(f))) {
                 rc = PG_E_NOMEM;
                 break;
             }
@@ -186,7 +191,7 @@ static int walk(pg_node *const *roots, uint32_t nroots, nodes *post, uint32_t *f
         /* Marks come off every node that has one: those listed, and
          * those still on the stack. */
         unmark(post);
-        for (size_t i = 0; i < depth; i++) ((pg_node *)(stack[i].node & ~NARY_TAG))->mark = 0;
+        for (size_t i = 0; i < depth; i++) frame_node(&stack[i])->mark = 0;
     }
     /* The stack stays for the next walk, unless it grew big. */
     if (cap > SCRATCH_KEPT) {
