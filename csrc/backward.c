@@ -18,26 +18,31 @@
 #include "lock.h"
 #include "node.h"
 
-/* The sweep lock.  A sweep that hands closures to Python holds it from its
- * walk to its end, across the closures (two threads' sweeps over shared
- * nodes must not interleave, nor one's restore undo the other's work), so
- * it is re-entrant for the thread that holds it: a closure may run a
- * backward() of its own. */
+/* The sweep lock: held by a walk (its marks) and by a sweep's rules run
+ * in one pass, never while Python code runs (a sweep with closures lets it
+ * go once its order is recorded), so a thread that waits for it waits
+ * only for C, and fork() (which takes it: below) never waits on Python. */
 static pg_mutex sweep_lock = PG_MUTEX_INIT;
-static _Thread_local unsigned sweep_depth;   /* this thread's holds */
 
-static void sweep_acquire(void) {
-    if (sweep_depth++ == 0) pg_mutex_lock(&sweep_lock);
-}
+static void sweep_acquire(void) { pg_mutex_lock(&sweep_lock); }
+static void sweep_release(void) { pg_mutex_unlock(&sweep_lock); }
 
-static void sweep_release(void) {
-    if (--sweep_depth == 0) pg_mutex_unlock(&sweep_lock);
+/* Take the lock within about `ms` milliseconds: 1, or 0 if another walk
+ * still holds it (the caller, without the GIL, looks for signals and
+ * tries again: a wait a Ctrl-C can end). */
+static int sweep_acquire_within(unsigned ms) {
+    for (unsigned waited = 0;; waited++) {
+        if (pg_mutex_trylock(&sweep_lock)) return 1;
+        if (waited >= 4 * ms) return 0;
+        pg_nap_quarter_ms();
+    }
 }
 
 #ifndef _WIN32
 /* fork() copies the lock in whatever state another thread left it: take it
  * (and a test build's hook lock) around fork, so the child starts with both
- * as the forking thread holds them (a closure may fork mid-sweep). */
+ * free.  The forking thread holds the GIL, and no holder of this lock waits
+ * for the GIL, so this wait ends. */
 static void fork_prepare(void) { sweep_acquire(); pg_test_hooks_lock(); }
 static void fork_parent(void) { pg_test_hooks_unlock(); sweep_release(); }
 __attribute__((constructor)) static void register_fork_hooks(void) {
@@ -256,8 +261,8 @@ static int save(pg_sweep *s) {
     return 1;
 }
 
-/* Put the saved grads back unless the sweep was kept, and let the sweep
- * lock go (every sweep ends here: Python calls it last). */
+/* Put the saved grads back unless the sweep was kept (every sweep ends
+ * here: Python calls it last). */
 void pg_sweep_restore(pg_sweep *s) {
     if (s == NULL) return;
     if (!s->done && s->saved != NULL) {
@@ -268,14 +273,10 @@ void pg_sweep_restore(pg_sweep *s) {
         }
         s->done = 1;
     }
-    if (s->locked && sweep_depth > 0) {     /* only the thread that holds it */
-        s->locked = 0;
-        sweep_release();
-    }
 }
 
-/* Apply the recorded order (the sweep lock held); stop at a Python node
- * and return 1. */
+/* Apply the recorded order (no lock: the order is the sweep's own, and
+ * Python runs between calls); stop at a Python node and return 1. */
 static int32_t run(pg_sweep *s) {
     while (s->pos < s->n) {
         pg_node *n = s->order[s->pos++];
@@ -295,10 +296,13 @@ void pg_sweep_keep(pg_sweep *s) {
     if (s != NULL) s->done = 1;
 }
 
-int32_t pg_backward(pg_node *root, pg_sweep *s) {
+/* pg_backward, with the sweep lock taken (`ms` < 0: waited for; else
+ * PG_E_BUSY if not free within about ms milliseconds, nothing done). */
+static int32_t backward_locked(pg_node *root, pg_sweep *s, int ms) {
     if (root == NULL) return PG_E_ARG;
     uint32_t flags = 0;
-    sweep_acquire();
+    if (ms < 0) sweep_acquire();
+    else if (!sweep_acquire_within((unsigned)ms)) return PG_E_BUSY;
     nodes post = scratch_post;
     post.n = 0;
     int32_t rc = walk(&root, 1, &post, &flags);
@@ -327,13 +331,11 @@ int32_t pg_backward(pg_node *root, pg_sweep *s) {
         post = (nodes){NULL, 0, 0};
     }
     scratch_post = post;
-    if (rc < 0 || !py || s == NULL) {
-        sweep_release();
-        return rc < 0 || !py ? rc : PG_E_SWEEP;
-    }
-    /* The sweep keeps the lock until pg_sweep_restore. */
+    sweep_release();
+    if (rc < 0 || !py || s == NULL) return rc < 0 || !py ? rc : PG_E_SWEEP;
+    /* The rules run with Python's closures between them: no lock held. */
     pg_sweep_clear(s);
-    s->locked = 1;
+    s->started = 1;
     s->order = order;
     s->n = n;
     s->pos = 0;
@@ -343,8 +345,16 @@ int32_t pg_backward(pg_node *root, pg_sweep *s) {
     return run(s);
 }
 
+int32_t pg_backward(pg_node *root, pg_sweep *s) {
+    return backward_locked(root, s, -1);
+}
+
+int32_t pg_backward_wait(pg_node *root, pg_sweep *s, int ms) {
+    return backward_locked(root, s, ms < 0 ? 0 : ms);
+}
+
 int32_t pg_backward_resume(pg_sweep *s) {
-    if (s == NULL || !s->locked) return PG_E_ARG;
+    if (s == NULL || !s->started) return PG_E_ARG;
     return run(s);
 }
 

@@ -65,46 +65,67 @@ def entry_points() -> "list[str]":
     return lines
 
 
-# The C half of Value's op path (csrc/value_binding.h says how it works):
-# the `_v` entry point of each op takes id() of what the op made and
-# finishes its Value in the same call.
+# The C half of Value (csrc/value_binding.h says how it works): node
+# objects, Value's C base, and the calls that take Values by id().
 BINDING_CDEF = """
 #define PG_E_NUMBER -6
-void pg_track(uintptr_t value);
-int pg_binding_init(uintptr_t probe, intptr_t size, uintptr_t keep, uintptr_t a, uintptr_t b,
-                    uintptr_t kids, uintptr_t pointer);
-int32_t pg_pack_keeps(uintptr_t values, uintptr_t keeps, pg_node **ptrs, uint32_t n);
-pg_node *pg_node_ptr(void *memory);
-int32_t pg_finish(uintptr_t made);
-int32_t pg_leaf_v(pg_node *out, double data, uintptr_t made);
+int pg_binding_init(uintptr_t out, uintptr_t converter);
+int32_t pg_leaf_v(uintptr_t value, double data);
+int32_t pg_powk_v(uintptr_t made, int k_is_int);
+int32_t pg_custom_v(uintptr_t value, double data, uintptr_t kids);
+int32_t pg_nary_v(uintptr_t value, int op, int variant, uintptr_t values);
+int32_t pg_function_v(uintptr_t value, double data, uintptr_t values, const double *partials);
+int32_t pg_leaves_v(uintptr_t out, uintptr_t cls, const double *data, uint32_t n);
+int32_t pg_layer_v(uintptr_t out, uintptr_t cls, int act, uintptr_t params, uintptr_t xs,
+                   uint32_t nin, uint32_t nout, uintptr_t holds);
+int32_t pg_mlp_v(uintptr_t out, uintptr_t cls, uint32_t nlayers, const int *acts,
+                 uintptr_t params, const uint32_t *sizes, uintptr_t xs, uintptr_t holds,
+                 uintptr_t table);
+int32_t pg_view_v(uintptr_t out, uintptr_t parent, uint32_t i, uintptr_t a, uintptr_t b);
+int32_t pg_pack_v(uintptr_t values, uintptr_t out);
+pg_node *const *pg_list_nodes(uintptr_t list);
+uint32_t pg_list_size(uintptr_t list);
+uintptr_t pg_node_addr(uintptr_t value);
+int64_t pg_describe_v(uintptr_t value);
+double pg_exponent_v(uintptr_t value);
+int pg_variant_v(uintptr_t value);
+uint32_t pg_nkids_v(uintptr_t value);
+uintptr_t pg_kid_addr(uintptr_t value, uint32_t i);
+int32_t pg_set_py_backward_v(uintptr_t value);
+int32_t pg_node_backward_v(uintptr_t value);
+int64_t pg_live_nodes(void);
+int32_t pg_backward_v(uintptr_t root, pg_sweep *sweep);
+int32_t pg_compile_v(uintptr_t root, pg_program *p, pg_node **bad);
+int32_t pg_gather_data_l(uintptr_t list, double *out);
+int32_t pg_gather_grad_l(uintptr_t list, double *out);
+int32_t pg_scatter_data_l(uintptr_t list, const double *in);
+int32_t pg_fill_grad_l(uintptr_t list, double x);
+int32_t pg_sgd_step_l(uintptr_t list, double lr, double momentum, double weight_decay,
+                      double *velocity, size_t nvelocity, double *steps);
+int32_t pg_adam_step_l(uintptr_t list, double lr, double beta1, double beta2, double eps,
+                       double weight_decay, double bias1, double bias2, double *m, size_t nm,
+                       double *v, size_t nv, double *steps);
 """
 
 
 def binding_entry_points() -> "tuple[str, str]":
-    """The `_v` twin of each op's entry point (cdef, and C for the
-    preamble): pg_binary_<CODE>_v(made) and its _k_ and _rk_ forms (a
-    number operand, made[4]), pg_unary_<CODE>_v(made)."""
+    """The `_v` entry point of each op (cdef, and C for the preamble):
+    pg_binary_<CODE>_v(made) for made = (out, a, b), its _k_ and _rk_
+    forms for made = (out, a, k) with k a number, and
+    pg_unary_<CODE>_v(made) for made = (out, a)."""
     decls, source = [], []
     for code, _, arity in op_codes():
         if arity == 2:
-            forms = [(f"pg_binary_{code}", "&a, &b, 1", "out, a, b"),
-                     (f"pg_binary_k_{code}", "&a, NULL, 2", "out, a, k"),
-                     (f"pg_binary_rk_{code}", "&a, NULL, 2", "out, k, a")]
+            forms = [(f"pg_binary_{code}", f"op_values(made, PG_OP_{code}, 2)"),
+                     (f"pg_binary_k_{code}", f"op_number(made, PG_OP_{code}, 0)"),
+                     (f"pg_binary_rk_{code}", f"op_number(made, PG_OP_{code}, 1)")]
         elif arity == 1 and code != "POWK":
-            forms = [(f"pg_unary_{code}", "&a, NULL, 1", "out, a")]
+            forms = [(f"pg_unary_{code}", f"op_values(made, PG_OP_{code}, 1)")]
         else:
             continue
-        for name, nodes, args in forms:
-            number = "k" in args.split(", ")
+        for name, call in forms:
             decls.append(f"int32_t {name}_v(uintptr_t made);")
-            source += [f"static int32_t {name}_v(uintptr_t made) {{",
-                       "    pg_node *out, *a" + (", *b;" if "&b" in nodes else ";")
-                       + (" double k;" if number else ""),
-                       f"    if (!made_nodes((PyObject *)made, &out, {nodes})) return PG_E_ARG;"]
-            if number:
-                source.append("    if (!made_number((PyObject *)made, &k)) return PG_E_NUMBER;")
-            source += [f"    int32_t rc = {name}({args});",
-                       "    return rc ? rc : pg_finish(made);", "}"]
+            source.append(f"static int32_t {name}_v(uintptr_t made) {{ return {call}; }}")
     return "\n".join(decls) + "\n", "\n".join(source) + "\n"
 
 
@@ -134,19 +155,8 @@ def cdef_source(test_hooks: bool = TEST_HOOKS) -> str:
     hooks = _cdef_part("test_hooks.h") if test_hooks else ""
     # The node's size and its two number fields (the rest is C's: "...").
     node = "typedef struct pg_node { double data; double grad; ...; } pg_node;\n"
-    return node_params_as_memory("\n".join(defines) + "\n" + node + _cdef_part("pygrad.h") + hooks
-                                 + "\n".join(entry_points()) + "\n" + BINDING_CDEF
-                                 + binding_entry_points()[0])
-
-
-def node_params_as_memory(cdef: str) -> str:
-    """cdef with each parameter that takes one node (``pg_node *n``,
-    ``const pg_node *n``) declared ``void *`` for cffi: node memory is a
-    bytes object (pygrad/_lifetime.py), and cffi passes a bytes object to a
-    ``void *`` parameter as the address of its bytes, with no copy; a node
-    pointer or array cdata passes as before.  C's own prototypes keep
-    their types (C converts void * back)."""
-    return re.sub(r"\b(?:const )?pg_node \*(\w+)(?=\s*[,)])", r"void *\1", cdef)
+    return ("\n".join(defines) + "\n" + node + _cdef_part("pygrad.h") + hooks
+            + "\n".join(entry_points()) + "\n" + BINDING_CDEF + binding_entry_points()[0])
 
 
 # The core compiles without a warning under these (.ci/warnings adds -Werror).
@@ -224,11 +234,13 @@ ffibuilder = FFI()
 ffibuilder.cdef(cdef_source())
 ffibuilder.set_source(
     "pygrad._core",
-    '#include "pygrad.h"\n#include "test_hooks.h"\n'
+    '#include <string.h>\n#include "pygrad.h"\n#include "test_hooks.h"\n'
     # cffi defines the module's init function without a prototype
     'PyMODINIT_FUNC PyInit__core(void);\n'
     f'static const char *pg_build_stamp(void) {{ return "{source_stamp()}"; }}\n'
-    + gil_source(cdef_source()) + '#include "value_binding.h"\n' + binding_entry_points()[1],
+    # the binding calls the core's functions themselves; cffi's wrappers of
+    # those in RELEASES_GIL call twins that let the GIL go (after it)
+    + '#include "value_binding.h"\n' + binding_entry_points()[1] + gil_source(cdef_source()),
     sources=[os.path.relpath(os.path.join(CSRC, f), ROOT)
              for f in sorted(os.listdir(CSRC)) if f.endswith(".c")],
     # an edited header or ops.def rebuilds the core (every .c includes them)

@@ -11,6 +11,7 @@ typedef SRWLOCK pg_mutex;
 #define pg_mutex_lock(m) AcquireSRWLockExclusive(m)
 #define pg_mutex_trylock(m) (TryAcquireSRWLockExclusive(m) != 0)
 #define pg_mutex_unlock(m) ReleaseSRWLockExclusive(m)
+static inline void pg_nap_quarter_ms(void) { Sleep(0); }
 #else
 #include <pthread.h>
 typedef pthread_mutex_t pg_mutex;
@@ -18,6 +19,12 @@ typedef pthread_mutex_t pg_mutex;
 #define pg_mutex_lock(m) pthread_mutex_lock(m)
 #define pg_mutex_trylock(m) (pthread_mutex_trylock(m) == 0)
 #define pg_mutex_unlock(m) pthread_mutex_unlock(m)
+#include <time.h>
+/* A short sleep between tries of a lock (the holder runs only C). */
+static inline void pg_nap_quarter_ms(void) {
+    struct timespec t = {0, 250000};
+    nanosleep(&t, NULL);
+}
 #endif
 
 #endif

@@ -68,6 +68,7 @@ typedef struct pg_node {
 #define PG_E_NOMEM -2
 #define PG_E_ARG -3
 #define PG_E_SWEEP -5
+#define PG_E_BUSY -8
 
 /* LINEAR's variant: activation (the PG_ACT_MASK bits) | PG_LINEAR_BIAS. */
 #define PG_ACT_MASK 3
@@ -182,10 +183,10 @@ void pg_set_py_backward(pg_node *n);
  * the order and every grad it will touch are saved in the sweep, and the
  * rules run until a node whose backward is Python's; it returns 1 with
  * that node in sweep->py, and pg_backward_resume goes on from it.
- * Such a sweep holds the sweep lock (re-entrant for its thread) until
- * pg_sweep_restore, which the caller calls last, whatever happened: it
- * puts the saved grads back unless pg_sweep_keep was called (once the
- * sweep has run to its end), and lets the lock go.  The sweep is Python's,
+ * The walk holds the sweep lock, the closures' sweep does not.  The
+ * caller calls pg_sweep_restore last, whatever happened: it puts the
+ * saved grads back unless pg_sweep_keep was called (once the sweep has run
+ * to its end).  The sweep is Python's,
  * zeroed, and released by pg_sweep_clear (ffi.gc).  The caller holds the
  * root (and so every node below it) until the sweep is cleared. */
 typedef struct pg_sweep {
@@ -193,10 +194,13 @@ typedef struct pg_sweep {
     double *saved;         /* each node's grad and aux, before */
     size_t n, pos;
     int done;
-    int locked;            /* it holds the sweep lock */
+    int started;           /* its order is recorded */
     pg_node *py;           /* the node whose Python backward is due */
 } pg_sweep;
 int32_t pg_backward(pg_node *root, pg_sweep *sweep);
+/* pg_backward, or PG_E_BUSY (nothing done) if another thread's walk holds
+ * the sweep lock for about ms milliseconds more. */
+int32_t pg_backward_wait(pg_node *root, pg_sweep *sweep, int ms);
 int32_t pg_backward_resume(pg_sweep *sweep);
 void pg_sweep_restore(pg_sweep *sweep);
 void pg_sweep_keep(pg_sweep *sweep);

@@ -1,256 +1,840 @@
 /*
- * The C half of pygrad.Value's op path (pygrad/engine.py), included once,
- * by the cffi module's preamble (csrc/cffi_build.py): the only code of the
- * core that touches Python objects.  Python calls it with the GIL held
- * (these calls keep it) and passes objects by id(): only Values, their
- * keeps, and the tuple of what an op made.
+ * Lifetime, and the C half of pygrad.Value (pygrad/engine.py).  Included
+ * once, by the cffi module's preamble (csrc/cffi_build.py): the only code
+ * of the core that touches Python objects.  It uses CPython's limited,
+ * documented C API only: no object's layout is probed or assumed.
  *
- * An op's dunder makes the Value (object.__new__), the node memory (a
- * bytes object: pygrad/_lifetime.py) and the keep, then calls the op's
- * `_v` entry point with one argument, id() of  made = (value, keep, a, b[, k]):  the operand Values
- * a and b (b None for a number, b is a for a unary op), keep = (node
- * memory, a's keep[, b's keep]), and k the number operand.  The entry
- * point reads the node pointers from the keeps' first items (made holds
- * them for the call), makes the node, then stores keep, a and b in the
- * Value's slots and untracks what may leave the collector (pg_finish).
- * One call, and no argument for cffi to convert but an int: half the cost
- * of an op that C doesn't spend (three slot stores past Value.__setattr__,
- * a second call, and cffi's conversion of each pointer).
+ * Lifetime, in five rules (pygrad/_lifetime.py says the same for Python):
+ *  1. A node lives in a *node object*, pygrad's own type (_Node), which
+ *     only this file makes: Python can't construct one, read it, write it
+ *     or resize it.  It holds one or more nodes inline, and a reference
+ *     to every node object its nodes point to (children's, and an n-ary
+ *     node's child list and a Function's partials live inline too).  So
+ *     whatever holds a node object holds all that C can reach from it.
+ *  2. A Value's node is two fields of Value's C base (_ValueBase): the
+ *     node object and a pointer to one node in it.  Only C writes them,
+ *     once, when the Value is made; nothing Python can do (attributes,
+ *     __class__, subclasses, the collector's clear) changes them until the
+ *     Value is deallocated.
+ *  3. A node object refers to node objects (and node lists) only, each
+ *     older than itself: they form no cycle, and the collector never
+ *     needs to see them.  Values are ordinary collected objects; what
+ *     holds a user's references (operands, _prev's cache, attributes) is
+ *     on the Value, and visited and cleared by the collector.
+ *  4. A node object is freed by Python's reference counting; its
+ *     references are let go through a per-thread list, not by recursion,
+ *     so freeing a chain of any length takes constant stack.  Nothing
+ *     reads a reference count.
+ *  5. A call that lets the GIL go holds a reference to the node object
+ *     (or node list) it walks for the whole call.
  *
- * Where a Value keeps its slots, and where a cffi cdata keeps its pointer
- * and its ctype, are found once at import (pg_binding_init), from objects
- * whose fields hold known values: nothing about either layout is assumed.
- * A node is read only from node memory (a bytes object with room for it)
- * or from a pg_node * cdata (a node within memory the keep holds).
- *
- * The collector: a keep, a tuple whose items are all untracked, can be in
- * no cycle; CPython untracks such tuples itself, but only during a
- * collection and only once their items are (a parent keep is often met
- * before its child's, so a chain of keeps would stay tracked).  A Value
- * refers to its keep and its operands, which are older: it can be in a
- * cycle only through an attribute set later, on it or on a Value below it.
- * So a new leaf's Value, and an op's Value whose operands are untracked,
- * leave the collector; an op over a tracked operand, such as a custom op,
- * stays tracked, so that below a tracked Value every Value is tracked (or
- * the collector would take a cycle below it for one held from outside).
- * Value.__setattr__ keeps that so: an attribute that may close a cycle
- * puts its holder, and the Values it refers to, back in the collector's
- * sight with everything below them (engine._track_below).
+ * Python calls these with the GIL held (cffi keeps it for them) and
+ * passes objects by id(), which is their address in CPython (pygrad
+ * refuses other interpreters at import).
  */
 
 /* An op's number operand did not convert to a double (an int too large):
  * Python takes its slower path, which raises the right error. */
 #define PG_E_NUMBER -6
 
-/* Untrack the keep if every item it holds is untracked, and the Value if
- * its operands are untracked.  (A Value can be untracked over a tracked
- * keep: what the keep holds can be in a cycle only through a custom op's
- * handle, and a cycle through the Value itself must pass an attribute, set
- * through Value.__setattr__, which tracks what it refers to.) */
-static void pg_untrack_objects(PyObject *t, PyObject *value, PyObject *a, PyObject *b) {
-    if (PyTuple_CheckExact(t) && PyObject_GC_IsTracked(t)) {
-        Py_ssize_t n = PyTuple_Size(t), i;
-        for (i = 0; i < n; i++) {
-            PyObject *x = PyTuple_GetItem(t, i);
-            /* node memory refers to nothing (the tests count it in a bytes
-             * subclass, tracked, whose dict holds only a token:
-             * tests/internals.py) */
-            if (PyType_IS_GC(Py_TYPE(x)) && (!PyTuple_CheckExact(x) || PyObject_GC_IsTracked(x))
-                && !PyBytes_Check(x))
-                break;
+/* -- node objects (rule 1) ------------------------------------------------- */
+
+typedef struct pg_nodeobj {
+    PyObject_VAR_HEAD             /* ob_size: the words that follow the head */
+    uint32_t nnodes;              /* nodes, first in the words */
+    uint32_t nrefs;               /* then the objects it holds, then C words */
+} pg_nodeobj;
+
+/* The head, rounded to the nodes' alignment. */
+#define NODE_HEAD ((sizeof(pg_nodeobj) + sizeof(double) - 1) / sizeof(double) * sizeof(double))
+#define NODE_WORDS (sizeof(pg_node) / sizeof(void *))
+_Static_assert(sizeof(pg_node) % sizeof(void *) == 0, "a node is a whole number of words");
+
+static PyTypeObject *node_type, *list_type, *value_type;
+/* Nodes alive, in node objects (the tests count them: pg_live_nodes). */
+static int64_t live_nodes;
+
+static pg_node *obj_nodes(pg_nodeobj *x) {
+    return (pg_node *)(void *)((char *)x + NODE_HEAD);
+}
+static PyObject **obj_refs(pg_nodeobj *x) {
+    return (PyObject **)(void *)(obj_nodes(x) + x->nnodes);
+}
+static pg_node **obj_words(pg_nodeobj *x) {
+    return (pg_node **)(obj_refs(x) + x->nrefs);
+}
+
+/* A new node object of `nodes` nodes, room for `refs` references (NULL
+ * until set) and `words` words; NULL with nothing raised when out of
+ * memory. */
+static pg_nodeobj *new_nodeobj(uint32_t nodes, uint32_t refs, size_t words) {
+    size_t total = (size_t)nodes * NODE_WORDS + refs + words;
+    if (total > (size_t)PY_SSIZE_T_MAX / sizeof(void *) / 2) return NULL;
+    pg_nodeobj *x = PyObject_NewVar(pg_nodeobj, node_type, (Py_ssize_t)total);
+    if (x == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    x->nnodes = nodes;
+    x->nrefs = refs;
+    memset(obj_refs(x), 0, refs * sizeof(PyObject *));
+    live_nodes += nodes;
+    return x;
+}
+
+/* Rule 4: a node object being freed while another one's references are
+ * let go is put on this thread's list (linked through its first node,
+ * which is dead by then), and the outermost call lets its references go. */
+static _Thread_local pg_nodeobj *freeing_list;
+static _Thread_local int freeing;
+
+static void node_dealloc(PyObject *o) {
+    pg_nodeobj *x = (pg_nodeobj *)o;
+    memcpy(obj_nodes(x), &freeing_list, sizeof freeing_list);
+    freeing_list = x;
+    if (freeing) return;
+    freeing = 1;
+    while (freeing_list != NULL) {
+        x = freeing_list;
+        memcpy(&freeing_list, obj_nodes(x), sizeof freeing_list);
+        PyObject **refs = obj_refs(x);
+        for (uint32_t i = 0; i < x->nrefs; i++) Py_XDECREF(refs[i]);
+        live_nodes -= x->nnodes;
+        PyTypeObject *tp = Py_TYPE(x);
+        PyObject_Free(x);
+        Py_DECREF(tp);
+    }
+    freeing = 0;
+}
+
+/* Neither node objects nor node lists can be made from Python. */
+static PyObject *no_new(PyTypeObject *t, PyObject *args, PyObject *kwargs) {
+    (void)t, (void)args, (void)kwargs;
+    PyErr_SetString(PyExc_TypeError, "pygrad's node objects are made only by pygrad's ops");
+    return NULL;
+}
+
+static PyType_Slot node_slots[] = {
+    {Py_tp_dealloc, (void *)node_dealloc},
+    {Py_tp_new, (void *)no_new},
+    {Py_tp_doc, (void *)"A graph node's memory (pygrad's own; opaque)."},
+    {0, NULL},
+};
+static PyType_Spec node_spec = {"pygrad._Node", (int)sizeof(pg_nodeobj), (int)sizeof(void *),
+                                Py_TPFLAGS_DEFAULT, node_slots};
+
+/* -- node lists: the nodes of many Values, for bulk calls ------------------ */
+
+/* n references to node objects, then the n node pointers. */
+typedef struct pg_listobj {
+    PyObject_VAR_HEAD
+    uint32_t n;
+} pg_listobj;
+
+static PyObject **list_refs(pg_listobj *l) {
+    return (PyObject **)(void *)((char *)l + NODE_HEAD);
+}
+static pg_node **list_nodes(pg_listobj *l) {
+    return (pg_node **)(list_refs(l) + l->n);
+}
+
+static void list_dealloc(PyObject *o) {
+    pg_listobj *l = (pg_listobj *)o;
+    PyTypeObject *tp = Py_TYPE(l);
+    /* (a node object's dealloc only queues itself: no recursion here) */
+    for (uint32_t i = 0; i < l->n; i++) Py_XDECREF(list_refs(l)[i]);
+    PyObject_Free(l);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot list_slots[] = {
+    {Py_tp_dealloc, (void *)list_dealloc},
+    {Py_tp_new, (void *)no_new},
+    {Py_tp_doc, (void *)"The nodes of many Values, for one C call (pygrad's own; opaque)."},
+    {0, NULL},
+};
+static PyType_Spec list_spec = {"pygrad._NodeList", (int)sizeof(pg_listobj), (int)sizeof(void *),
+                                Py_TPFLAGS_DEFAULT, list_slots};
+
+/* -- Value's C base (rule 2) ----------------------------------------------- */
+
+typedef struct pg_valueobj {
+    PyObject_HEAD
+    pg_nodeobj *owner;      /* holds node; written once, by C */
+    pg_node *node;
+    PyObject *a, *b;        /* the operands it was made from (_prev), or NULL */
+    PyObject *kids;         /* _prev's cache, or NULL */
+} pg_valueobj;
+
+/* Python's converter of a number for data/grad (engine._convert):
+ * convert(x, name) -> float, or raises the error a user should see. */
+static PyObject *number_converter;
+
+static pg_valueobj *as_value(PyObject *o) {
+    return o != NULL && PyObject_TypeCheck(o, value_type) ? (pg_valueobj *)o : NULL;
+}
+
+/* The node of Value o, or NULL (no Value, or one whose __init__ never ran). */
+static pg_node *value_node(PyObject *o) {
+    pg_valueobj *v = as_value(o);
+    return v != NULL ? v->node : NULL;
+}
+
+static PyObject *no_node(void) {
+    PyErr_SetString(PyExc_TypeError,
+                    "this pygrad.Value has no node: its __init__ never ran (make Values with "
+                    "Value(data), or from other Values' operators)");
+    return NULL;
+}
+
+static PyObject *get_number(PyObject *self, void *which) {
+    pg_node *n = ((pg_valueobj *)self)->node;
+    if (n == NULL) return no_node();
+    return PyFloat_FromDouble(which != NULL ? n->grad : n->data);
+}
+
+static int set_number(PyObject *self, PyObject *x, void *which) {
+    const char *name = which != NULL ? "grad" : "data";
+    if (x == NULL) {
+        PyErr_Format(PyExc_AttributeError, "a pygrad.Value's %s can't be deleted: set a number",
+                     name);
+        return -1;
+    }
+    double d;
+    if (PyFloat_CheckExact(x)) {
+        d = PyFloat_AsDouble(x);
+    } else {
+        d = -1.0;
+        if (PyLong_CheckExact(x)) d = PyLong_AsDouble(x);   /* as float(int) rounds */
+        if (!PyLong_CheckExact(x) || (d == -1.0 && PyErr_Occurred())) {
+            PyErr_Clear();
+            /* anything else, or an int too large: Python's converter says
+             * what is wrong (it may run the number's own __float__) */
+            PyObject *r = PyObject_CallFunction(number_converter, "Os", x, name);
+            if (r == NULL) return -1;
+            d = PyFloat_AsDouble(r);
+            Py_DECREF(r);
+            if (d == -1.0 && PyErr_Occurred()) return -1;
         }
-        if (i == n) PyObject_GC_UnTrack(t);
     }
-    if (value != NULL && PyObject_GC_IsTracked(value) && (a == NULL || !PyObject_GC_IsTracked(a))
-        && (b == NULL || !PyObject_GC_IsTracked(b)))
-        PyObject_GC_UnTrack(value);
-}
-
-static void pg_track(uintptr_t value) {
-    if (!PyObject_GC_IsTracked((PyObject *)value)) PyObject_GC_Track((PyObject *)value);
-}
-
-/* What pg_binding_init found: byte offsets of Value's slots _pg_keep,
- * _pg_a, _pg_b and _pg_kids, and the class Value; where a bytes object
- * keeps its bytes; the offsets of a cdata's pointer and ctype, and the
- * class and ctype of a node pointer cdata (pg_node *). */
-static Py_ssize_t slot_keep, slot_a, slot_b, slot_kids;
-static PyObject *value_type;
-static Py_ssize_t bytes_data_at, cdata_ptr_at, cdata_ctype_at;
-static PyObject *pointer_class, *pointer_ctype;
-
-/* The offset of the word of object o (within its first `size` bytes, past
- * its header) that equals x; 0 if none does, or more than one. */
-static Py_ssize_t word_holding(PyObject *o, Py_ssize_t size, const void *x) {
-    const void *const *words = (const void *const *)o;
-    Py_ssize_t found = 0;
-    for (Py_ssize_t i = (Py_ssize_t)(sizeof(PyObject) / sizeof *words);
-         (i + 1) * (Py_ssize_t)sizeof *words <= size; i++) {
-        if (words[i] != x) continue;
-        if (found) return 0;
-        found = i * (Py_ssize_t)sizeof *words;
-    }
-    return found;
-}
-
-/* probe: a Value of basic size `size` whose slots _pg_keep, _pg_a, _pg_b
- * and _pg_kids hold the four markers.  pointer: (a pg_node * cdata, its
- * address as an int, its ctype).  0 if every field was found once; else
- * -1 (pygrad's import fails).  Like every function here it runs with the
- * GIL: cffi_build.py's gil_source keeps it for these calls
- * (tests/test_install.py checks cffi's wrappers). */
-static int pg_binding_init(uintptr_t probe, intptr_t size, uintptr_t keep, uintptr_t a,
-                           uintptr_t b, uintptr_t kids, uintptr_t pointer) {
-    PyObject *p = (PyObject *)probe, *item = (PyObject *)pointer;
-    Py_ssize_t k = word_holding(p, (Py_ssize_t)size, (void *)keep),
-               at_a = word_holding(p, (Py_ssize_t)size, (void *)a),
-               at_b = word_holding(p, (Py_ssize_t)size, (void *)b),
-               at_kids = word_holding(p, (Py_ssize_t)size, (void *)kids);
-    if (!k || !at_a || !at_b || !at_kids) return -1;     /* (each found once, so apart) */
-    if (!PyTuple_CheckExact(item) || PyTuple_Size(item) != 3) return -1;
-    PyObject *c = PyTuple_GetItem(item, 0), *ct = PyTuple_GetItem(item, 2);
-    void *address = PyLong_AsVoidPtr(PyTuple_GetItem(item, 1));
-    if (address == NULL) {
-        PyErr_Clear();
+    pg_node *n = ((pg_valueobj *)self)->node;
+    if (n == NULL) {
+        no_node();
         return -1;
     }
-    /* the two fields sit at the start of every cdata, right after the
-     * object header (a pointer cdata has no more than that) */
-    Py_ssize_t head = (Py_ssize_t)sizeof(PyObject) + 2 * (Py_ssize_t)sizeof(void *);
-    Py_ssize_t ptr_at = word_holding(c, head, address), ctype_at = word_holding(c, head, ct);
-    PyObject *bytes = PyBytes_FromStringAndSize(NULL, 2);
-    if (bytes == NULL) {
-        PyErr_Clear();
-        return -1;
-    }
-    bytes_data_at = PyBytes_AsString(bytes) - (char *)bytes;
-    Py_DECREF(bytes);
-    if (!ptr_at || !ctype_at || bytes_data_at <= 0) return -1;
-    slot_keep = k;
-    slot_a = at_a;
-    slot_b = at_b;
-    slot_kids = at_kids;
-    cdata_ptr_at = ptr_at;
-    cdata_ctype_at = ctype_at;
-    /* held for the life of the process: nothing here is ever released */
-    value_type = (PyObject *)Py_TYPE(p);
-    Py_INCREF(value_type);
-    pointer_class = (PyObject *)Py_TYPE(c);
-    Py_INCREF(pointer_class);
-    pointer_ctype = ct;
-    Py_INCREF(pointer_ctype);
+    if (which != NULL) n->grad = d;
+    else n->data = d;
     return 0;
 }
 
-/* The first of `n` nodes that x holds, or NULL: node memory (a bytes
- * object of room for n nodes: pygrad/_lifetime.py), or a pg_node * cdata
- * (a node within such memory, which the rest of the keep holds). */
-static pg_node *node_at(PyObject *x, Py_ssize_t n) {
-    if (PyBytes_Check(x)) {
-        char *at = (char *)x + bytes_data_at;
-        return Py_SIZE(x) >= n * (Py_ssize_t)sizeof(pg_node) && (uintptr_t)at % _Alignof(pg_node) == 0
-               ? (pg_node *)(void *)at : NULL;
+static PyObject *get_ref(PyObject *self, void *field) {
+    PyObject *x = *(PyObject **)(void *)((char *)self + (size_t)field);
+    if (x == NULL) x = Py_None;
+    Py_INCREF(x);
+    return x;
+}
+
+static int set_kids(PyObject *self, PyObject *x, void *field) {
+    (void)field;
+    pg_valueobj *v = (pg_valueobj *)self;
+    PyObject *old = v->kids;
+    Py_XINCREF(x);
+    v->kids = x;
+    Py_XDECREF(old);
+    return 0;
+}
+
+static int value_traverse(PyObject *self, visitproc visit, void *arg) {
+    pg_valueobj *v = (pg_valueobj *)self;
+    Py_VISIT(v->a);
+    Py_VISIT(v->b);
+    Py_VISIT(v->kids);
+    Py_VISIT((PyObject *)Py_TYPE(self));
+    return 0;
+}
+
+/* The collector clears what may close a cycle; the node stays (rule 2). */
+static int value_clear(PyObject *self) {
+    pg_valueobj *v = (pg_valueobj *)self;
+    Py_CLEAR(v->a);
+    Py_CLEAR(v->b);
+    Py_CLEAR(v->kids);
+    return 0;
+}
+
+static void value_dealloc(PyObject *self) {
+    pg_valueobj *v = (pg_valueobj *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    value_clear(self);
+    Py_CLEAR(v->owner);
+    v->node = NULL;
+    PyObject_GC_Del(self);
+    Py_DECREF(tp);
+}
+
+static PyGetSetDef value_getset[] = {
+    {"data", get_number, set_number, "The value: a float, stored in the C node.", NULL},
+    {"grad", get_number, set_number,
+     "d(output)/d(self), accumulated by backward(): a float, stored in the C node.",
+     (void *)1},
+    {"_pg_a", get_ref, NULL, "The operand(s) this Value was made from (for _prev).",
+     (void *)offsetof(pg_valueobj, a)},
+    {"_pg_b", get_ref, NULL, "The second operand, or a fused model's table (for _prev).",
+     (void *)offsetof(pg_valueobj, b)},
+    {"_pg_kids", get_ref, set_kids, "_prev's cache.", (void *)offsetof(pg_valueobj, kids)},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot value_slots[] = {
+    {Py_tp_dealloc, (void *)value_dealloc},
+    {Py_tp_traverse, (void *)value_traverse},
+    {Py_tp_clear, (void *)value_clear},
+    {Py_tp_getset, (void *)value_getset},
+    {Py_tp_doc, (void *)"pygrad.Value's C base: the node it holds, and its numbers."},
+    {0, NULL},
+};
+static PyType_Spec value_spec = {"pygrad._ValueBase", (int)sizeof(pg_valueobj), 0,
+                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+                                 value_slots};
+
+/* Make the three types and append them to the list `out` (_ValueBase,
+ * _Node, _NodeList); `converter` is engine's number converter.  Once per
+ * process: -2 when called again (pygrad in a second interpreter), -1 if a
+ * type could not be made (an exception is left pending... cleared). */
+static int pg_binding_init(uintptr_t out, uintptr_t converter) {
+    PyObject *list = (PyObject *)out;
+    if (value_type != NULL) return -2;
+    if (!PyList_Check(list)) return -1;
+    PyTypeObject *v = (PyTypeObject *)PyType_FromSpec(&value_spec);
+    PyTypeObject *n = (PyTypeObject *)PyType_FromSpec(&node_spec);
+    PyTypeObject *l = (PyTypeObject *)PyType_FromSpec(&list_spec);
+    if (v == NULL || n == NULL || l == NULL || PyList_Append(list, (PyObject *)v) ||
+            PyList_Append(list, (PyObject *)n) || PyList_Append(list, (PyObject *)l)) {
+        PyErr_Clear();
+        Py_XDECREF(v);
+        Py_XDECREF(n);
+        Py_XDECREF(l);
+        return -1;
     }
-    if ((PyObject *)Py_TYPE(x) != pointer_class
-        || *(PyObject **)(void *)((char *)x + cdata_ctype_at) != pointer_ctype)
-        return NULL;
-    return *(pg_node **)(void *)((char *)x + cdata_ptr_at);
+    /* held for the life of the process */
+    value_type = v;
+    node_type = n;
+    list_type = l;
+    number_converter = (PyObject *)converter;
+    Py_INCREF(number_converter);
+    return 0;
 }
 
-/* The node of `keep`, if it is what Value v's own slot holds; else NULL.
- * Any bytes object passes node_at, so a keep is taken only from a real
- * Value's slot: not from an object that says it is a Value (__class__),
- * nor from what a subclass answers for _pg_keep (Value refuses subclasses
- * that define the name). */
-static pg_node *keep_node(PyObject *v, PyObject *keep) {
-    if (!PyObject_TypeCheck(v, (PyTypeObject *)value_type)
-        || *(PyObject **)(void *)((char *)v + slot_keep) != keep
-        || !PyTuple_CheckExact(keep) || PyTuple_Size(keep) < 1)
-        return NULL;
-    return node_at(PyTuple_GetItem(keep, 0), 1);
-}
-
-/* made's new node and its operands' nodes (b NULL for a unary op or one
- * with a number, whose memory holds the number's leaf too); 0 if any is
- * missing.  made = (value, keep, a, b[, k]): keep's items after the
- * memory are a's and b's keeps. */
-static int made_nodes(PyObject *made, pg_node **out, pg_node **a, pg_node **b, Py_ssize_t n) {
-    if (value_type == NULL || !PyTuple_CheckExact(made) || PyTuple_Size(made) < 4) return 0;
-    PyObject *keep = PyTuple_GetItem(made, 1);
-    if (!PyTuple_CheckExact(keep) || PyTuple_Size(keep) != (b != NULL ? 3 : 2)) return 0;
-    *out = node_at(PyTuple_GetItem(keep, 0), n);
-    *a = keep_node(PyTuple_GetItem(made, 2), PyTuple_GetItem(keep, 1));
-    if (b != NULL) *b = keep_node(PyTuple_GetItem(made, 3), PyTuple_GetItem(keep, 2));
-    return *out != NULL && *a != NULL && (b == NULL || *b != NULL);
-}
-
-/* The nodes of the n Values in the tuple `values`, whose keeps are the
- * tuple `keeps`, into ptrs (bulk paths, n-ary nodes' children); PG_E_ARG
- * if any is no Value or its keep is not the one given. */
-static int32_t pg_pack_keeps(uintptr_t values, uintptr_t keeps, pg_node **ptrs, uint32_t n) {
-    PyObject *v = (PyObject *)values, *t = (PyObject *)keeps;
-    if (value_type == NULL || !PyTuple_CheckExact(v) || !PyTuple_CheckExact(t)
-        || PyTuple_Size(v) != (Py_ssize_t)n || PyTuple_Size(t) != (Py_ssize_t)n)
+/* Value `out` now holds node `node` of node object x (taking x's new
+ * reference) and operands a, b; PG_E_ARG, and x released, if out is no
+ * fresh Value. */
+static int32_t give(PyObject *out, pg_nodeobj *x, pg_node *node, PyObject *a, PyObject *b) {
+    pg_valueobj *v = as_value(out);
+    if (v == NULL || v->owner != NULL) {
+        Py_DECREF(x);
         return PG_E_ARG;
-    for (uint32_t i = 0; i < n; i++) {
-        Py_ssize_t j = (Py_ssize_t)i;
-        if ((ptrs[i] = keep_node(PyTuple_GetItem(v, j), PyTuple_GetItem(t, j))) == NULL)
-            return PG_E_ARG;
     }
+    v->owner = x;
+    v->node = node;
+    Py_XINCREF(a);
+    Py_XINCREF(b);
+    v->a = a;
+    v->b = b;
     return 0;
 }
 
-/* Node memory (or a node pointer) as a pg_node * cdata: pointer arithmetic
- * and comparison in Python (pygrad/_lifetime.py's first_node). */
-static pg_node *pg_node_ptr(void *memory) {
-    return memory;
+/* A fresh Value's node is being made, for a creator's check first: out a
+ * Value with no node yet. */
+static int fresh(PyObject *out) {
+    pg_valueobj *v = as_value(out);
+    return v != NULL && v->owner == NULL;
 }
 
-/* made's number operand k, as float(k) makes it; 0 if it has none. */
-static int made_number(PyObject *made, double *k) {
-    if (PyTuple_Size(made) != 5) return 0;
-    *k = PyFloat_AsDouble(PyTuple_GetItem(made, 4));
-    if (*k == -1.0 && PyErr_Occurred()) {
+/* x's reference i holds Value o's node object. */
+static void hold(pg_nodeobj *x, uint32_t i, PyObject *o) {
+    PyObject *owner = (PyObject *)((pg_valueobj *)o)->owner;
+    Py_INCREF(owner);
+    obj_refs(x)[i] = owner;
+}
+
+/* The nodes of the Values in tuple t, into ptrs, each node object held by
+ * x's references from `first` on; 0 if an item is no Value with a node. */
+static int hold_all(pg_nodeobj *x, uint32_t first, PyObject *t, pg_node **ptrs) {
+    Py_ssize_t n = PyTuple_Size(t);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyTuple_GetItem(t, i);
+        pg_node *p = value_node(o);
+        if (p == NULL) return 0;
+        hold(x, first + (uint32_t)i, o);
+        if (ptrs != NULL) ptrs[i] = p;
+    }
+    return 1;
+}
+
+static int all_values(PyObject *t, uint32_t n) {
+    if (!PyTuple_Check(t) || PyTuple_Size(t) != (Py_ssize_t)n) return 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (value_node(PyTuple_GetItem(t, (Py_ssize_t)i)) == NULL) return 0;
+    return 1;
+}
+
+/* -- the op path ------------------------------------------------------------ */
+
+/* The number operand k of an op, as float(k) makes it; 0 if it has none. */
+static int number_of(PyObject *k, double *d) {
+    *d = PyFloat_AsDouble(k);
+    if (*d == -1.0 && PyErr_Occurred()) {
         PyErr_Clear();
         return 0;
     }
     return 1;
 }
 
-static void put_slot(PyObject *value, Py_ssize_t offset, PyObject *x) {
-    PyObject **slot = (PyObject **)(void *)((char *)value + offset);
-    PyObject *old = *slot;
-    Py_INCREF(x);
-    *slot = x;
-    Py_XDECREF(old);
+/* made = (out, a, b): out = a op b (binary, Values), or (out, a) for a
+ * unary op (its Value holds a twice, as _prev reads it). */
+static int32_t op_values(uintptr_t made, int op, int arity) {
+    PyObject *t = (PyObject *)made;
+    if (!PyTuple_Check(t) || PyTuple_Size(t) != arity + 1) return PG_E_ARG;
+    PyObject *out = PyTuple_GetItem(t, 0), *a = PyTuple_GetItem(t, 1);
+    PyObject *b = arity == 2 ? PyTuple_GetItem(t, 2) : a;
+    pg_node *na = value_node(a), *nb = value_node(b);
+    if (na == NULL || nb == NULL || !fresh(out)) return PG_E_ARG;
+    pg_nodeobj *x = new_nodeobj(1, (uint32_t)arity, 0);
+    if (x == NULL) return PG_E_NOMEM;
+    hold(x, 0, a);
+    if (arity == 2) hold(x, 1, b);
+    int32_t rc = arity == 2 ? pg_binary(obj_nodes(x), op, na, nb) : pg_unary(obj_nodes(x), op, na);
+    if (rc) {
+        Py_DECREF(x);
+        return rc;
+    }
+    return give(out, x, obj_nodes(x), a, b);
 }
 
-/* Store made's keep, a and b in its Value's slots, and None in _pg_kids
- * (the cache of _prev: so its first read raises no AttributeError), and
- * untrack what may leave the collector; PG_E_ARG (and nothing stored) if made holds no
- * Value. */
-static int32_t pg_finish(uintptr_t made) {
+/* made = (out, a, k): a op k (k_first 0) or k op a (1), k a number: the
+ * node object holds the number's leaf too, micrograd's Value(k). */
+static int32_t op_number(uintptr_t made, int op, int k_first) {
     PyObject *t = (PyObject *)made;
-    if (value_type == NULL || !PyTuple_CheckExact(t) || PyTuple_Size(t) < 4) return PG_E_ARG;
-    PyObject *value = PyTuple_GetItem(t, 0), *keep = PyTuple_GetItem(t, 1),
-             *a = PyTuple_GetItem(t, 2), *b = PyTuple_GetItem(t, 3);
-    if (!PyObject_TypeCheck(value, (PyTypeObject *)value_type)) return PG_E_ARG;
-    /* A fresh Value has no _pg_a yet; Value.__setattr__ gives one to a
-     * Value that gets an attribute before its __init__ is done (as does an
-     * __init__ run again): such a Value may be in a cycle, and stays
-     * tracked. */
-    int fresh = *(PyObject **)(void *)((char *)value + slot_a) == NULL;
-    put_slot(value, slot_keep, keep);
-    put_slot(value, slot_a, a);
-    put_slot(value, slot_b, b);
-    put_slot(value, slot_kids, Py_None);
-    pg_untrack_objects(keep, fresh ? value : NULL, a, b);
+    if (!PyTuple_Check(t) || PyTuple_Size(t) != 3) return PG_E_ARG;
+    PyObject *out = PyTuple_GetItem(t, 0), *a = PyTuple_GetItem(t, 1);
+    pg_node *na = value_node(a);
+    double k;
+    if (na == NULL || !fresh(out)) return PG_E_ARG;
+    if (!number_of(PyTuple_GetItem(t, 2), &k)) return PG_E_NUMBER;
+    pg_nodeobj *x = new_nodeobj(2, 1, 0);
+    if (x == NULL) return PG_E_NOMEM;
+    hold(x, 0, a);
+    int32_t rc = pg_binary_k(obj_nodes(x), op, na, k, k_first);
+    if (rc) {
+        Py_DECREF(x);
+        return rc;
+    }
+    return give(out, x, obj_nodes(x), a, NULL);
+}
+
+/* made = (out, a, k): a ** k for a number k (its Value holds a twice: one
+ * child, as for a unary op). */
+static int32_t pg_powk_v(uintptr_t made, int k_is_int) {
+    PyObject *t = (PyObject *)made;
+    if (!PyTuple_Check(t) || PyTuple_Size(t) != 3) return PG_E_ARG;
+    PyObject *out = PyTuple_GetItem(t, 0), *a = PyTuple_GetItem(t, 1);
+    pg_node *na = value_node(a);
+    double k;
+    if (na == NULL || !fresh(out)) return PG_E_ARG;
+    if (!number_of(PyTuple_GetItem(t, 2), &k)) return PG_E_NUMBER;
+    pg_nodeobj *x = new_nodeobj(1, 1, 0);
+    if (x == NULL) return PG_E_NOMEM;
+    hold(x, 0, a);
+    pg_powk(obj_nodes(x), na, k, k_is_int);
+    return give(out, x, obj_nodes(x), a, a);
+}
+
+/* Value(x): a leaf. */
+static int32_t pg_leaf_v(uintptr_t value, double data) {
+    if (!fresh((PyObject *)value)) return PG_E_ARG;
+    pg_nodeobj *x = new_nodeobj(1, 0, 0);
+    if (x == NULL) return PG_E_NOMEM;
+    pg_leaf(obj_nodes(x), data);
+    return give((PyObject *)value, x, obj_nodes(x), NULL, NULL);
+}
+
+/* Value(data, children, op): a custom op over the Values of tuple kids,
+ * whose backward is its Value's closure (micrograd's). */
+static int32_t pg_custom_v(uintptr_t value, double data, uintptr_t kids) {
+    PyObject *t = (PyObject *)kids;
+    if (!PyTuple_Check(t) || !fresh((PyObject *)value)) return PG_E_ARG;
+    uint32_t n = (uint32_t)PyTuple_Size(t);
+    if (!all_values(t, n)) return PG_E_ARG;
+    pg_nodeobj *x = new_nodeobj(1, n, n);
+    if (x == NULL) return PG_E_NOMEM;
+    hold_all(x, 0, t, obj_words(x));
+    pg_custom(obj_nodes(x), data, obj_words(x), n, NULL);
+    return give((PyObject *)value, x, obj_nodes(x), t, NULL);
+}
+
+/* A fused n-ary node (LINEAR, SUM, LOGSUMEXP) over the Values of tuple
+ * values. */
+static int32_t pg_nary_v(uintptr_t value, int op, int variant, uintptr_t values) {
+    PyObject *t = (PyObject *)values;
+    if (!PyTuple_Check(t) || !fresh((PyObject *)value)) return PG_E_ARG;
+    uint32_t n = (uint32_t)PyTuple_Size(t);
+    if (!all_values(t, n)) return PG_E_ARG;
+    pg_nodeobj *x = new_nodeobj(1, n, n);
+    if (x == NULL) return PG_E_NOMEM;
+    hold_all(x, 0, t, obj_words(x));
+    int32_t rc = pg_nary(obj_nodes(x), op, variant, obj_words(x), n);
+    if (rc) {
+        Py_DECREF(x);
+        return rc;
+    }
+    return give((PyObject *)value, x, obj_nodes(x), t, NULL);
+}
+
+/* A pygrad.Function's node: value data, partials[i] by child i. */
+static int32_t pg_function_v(uintptr_t value, double data, uintptr_t values,
+                             const double *partials) {
+    PyObject *t = (PyObject *)values;
+    if (!PyTuple_Check(t) || !fresh((PyObject *)value)) return PG_E_ARG;
+    uint32_t n = (uint32_t)PyTuple_Size(t);
+    if (!all_values(t, n) || (n > 0 && partials == NULL)) return PG_E_ARG;
+    pg_nodeobj *x = new_nodeobj(1, n, pg_function_words(n) + n);
+    if (x == NULL) return PG_E_NOMEM;
+    /* the children's pointers go after the edges, where pg_function copies
+     * them from */
+    pg_node **kids = obj_words(x) + pg_function_words(n);
+    hold_all(x, 0, t, kids);
+    pg_function(obj_nodes(x), data, kids, partials, n, obj_words(x));
+    return give((PyObject *)value, x, obj_nodes(x), t, NULL);
+}
+
+/* -- blocks of nodes with one Value each ------------------------------------ */
+
+/* count new Values of class cls, appended to list out over nodes[0..count)
+ * of x (which each holds), with operands a and b; PG_E_NOMEM with the
+ * Values made so far in the list. */
+static int32_t give_all(PyObject *out, PyObject *cls, pg_nodeobj *x, pg_node *nodes,
+                        uint32_t count, PyObject *a, PyObject *b) {
+    int32_t rc = 0;
+    for (uint32_t j = 0; j < count && rc == 0; j++) {
+        PyObject *v = PyType_GenericAlloc((PyTypeObject *)cls, 0);
+        if (v == NULL || PyList_Append(out, v)) {
+            PyErr_Clear();
+            Py_XDECREF(v);
+            rc = PG_E_NOMEM;
+            break;
+        }
+        Py_INCREF(x);
+        rc = give(v, x, nodes + j, a, b);
+        Py_DECREF(v);
+    }
+    Py_DECREF(x);
+    return rc;
+}
+
+static int value_class(PyObject *cls) {
+    return PyType_Check(cls) && PyType_IsSubtype((PyTypeObject *)cls, value_type);
+}
+
+/* n leaves holding data[0..n), appended to list out as Values of cls. */
+static int32_t pg_leaves_v(uintptr_t out, uintptr_t cls, const double *data, uint32_t n) {
+    if (!PyList_Check((PyObject *)out) || !value_class((PyObject *)cls)) return PG_E_ARG;
+    if (n == 0) return 0;
+    pg_nodeobj *x = new_nodeobj(n, 0, 0);
+    if (x == NULL) return PG_E_NOMEM;
+    int32_t rc = pg_leaves(obj_nodes(x), data, n);
+    if (rc) {
+        Py_DECREF(x);
+        return rc;
+    }
+    return give_all((PyObject *)out, (PyObject *)cls, x, obj_nodes(x), n, NULL, NULL);
+}
+
+static pg_listobj *as_list(PyObject *o) {
+    return o != NULL && Py_IS_TYPE(o, list_type) ? (pg_listobj *)o : NULL;
+}
+
+/* A fused layer (pg_linear_layer): nout LINEAR nodes over the parameters
+ * of node list params and the Values of tuple xs; their Values (class
+ * Value) appended to out, holding `holds` as their operands. */
+static int32_t pg_layer_v(uintptr_t out, uintptr_t cls, int act, uintptr_t params, uintptr_t xs,
+                          uint32_t nin, uint32_t nout, uintptr_t holds) {
+    pg_listobj *p = as_list((PyObject *)params);
+    PyObject *t = (PyObject *)xs;
+    if (!PyList_Check((PyObject *)out) || !value_class((PyObject *)cls) || p == NULL ||
+            nout == 0 || (uint64_t)p->n != (uint64_t)nout * ((uint64_t)nin + 1) ||
+            !all_values(t, nin))
+        return PG_E_ARG;
+    pg_node **x_nodes = PyMem_Malloc((nin ? nin : 1) * sizeof *x_nodes);
+    if (x_nodes == NULL) return PG_E_NOMEM;
+    pg_nodeobj *x = new_nodeobj(nout, 1 + nin, pg_layer_words(nin, nout));
+    if (x == NULL) {
+        PyMem_Free(x_nodes);
+        return PG_E_NOMEM;
+    }
+    Py_INCREF(p);
+    obj_refs(x)[0] = (PyObject *)p;
+    hold_all(x, 1, t, x_nodes);
+    int32_t rc = pg_linear_layer(obj_nodes(x), obj_words(x), act, list_nodes(p), x_nodes, nin,
+                                 nout);
+    PyMem_Free(x_nodes);
+    if (rc) {
+        Py_DECREF(x);
+        return rc;
+    }
+    return give_all((PyObject *)out, (PyObject *)cls, x, obj_nodes(x), nout, (PyObject *)holds,
+                    NULL);
+}
+
+/* A fused MLP (pg_mlp): params a tuple of one node list per layer; the
+ * last layer's Values appended to out, holding `holds` and `table` as
+ * their operands (the hidden layers' nodes have no Value until _prev
+ * makes one). */
+static int32_t pg_mlp_v(uintptr_t out, uintptr_t cls, uint32_t nlayers, const int *acts,
+                        uintptr_t params, const uint32_t *sizes, uintptr_t xs, uintptr_t holds,
+                        uintptr_t table) {
+    PyObject *pt = (PyObject *)params, *t = (PyObject *)xs;
+    if (!PyList_Check((PyObject *)out) || !value_class((PyObject *)cls) || nlayers == 0 ||
+            !PyTuple_Check(pt) || PyTuple_Size(pt) != (Py_ssize_t)nlayers ||
+            !all_values(t, sizes[0]))
+        return PG_E_ARG;
+    size_t words = 0;
+    uint64_t total = 0;
+    for (uint32_t l = 0; l < nlayers; l++) {
+        pg_listobj *p = as_list(PyTuple_GetItem(pt, (Py_ssize_t)l));
+        if (p == NULL || sizes[l + 1] == 0 ||
+                (uint64_t)p->n != (uint64_t)sizes[l + 1] * ((uint64_t)sizes[l] + 1))
+            return PG_E_ARG;
+        words += pg_layer_words(sizes[l], sizes[l + 1]);
+        total += sizes[l + 1];
+    }
+    if (total > UINT32_MAX / 2) return PG_E_ARG;
+    uint32_t nin = sizes[0];
+    pg_node **x_nodes = PyMem_Malloc((nin ? nin : 1) * sizeof *x_nodes);
+    pg_node *const **arrays = PyMem_Malloc(nlayers * sizeof *arrays);
+    pg_nodeobj *x = x_nodes && arrays ? new_nodeobj((uint32_t)total, nlayers + nin, words) : NULL;
+    if (x == NULL) {
+        PyMem_Free(x_nodes);
+        PyMem_Free((void *)arrays);
+        return PG_E_NOMEM;
+    }
+    for (uint32_t l = 0; l < nlayers; l++) {
+        pg_listobj *p = as_list(PyTuple_GetItem(pt, (Py_ssize_t)l));
+        Py_INCREF(p);
+        obj_refs(x)[l] = (PyObject *)p;
+        arrays[l] = list_nodes(p);
+    }
+    hold_all(x, nlayers, t, x_nodes);
+    int32_t rc = pg_mlp(obj_nodes(x), obj_words(x), nlayers, acts, arrays, sizes, x_nodes);
+    PyMem_Free(x_nodes);
+    PyMem_Free((void *)arrays);
+    if (rc) {
+        Py_DECREF(x);
+        return rc;
+    }
+    uint32_t last = sizes[nlayers];
+    return give_all((PyObject *)out, (PyObject *)cls, x, obj_nodes(x) + (total - last), last,
+                    (PyObject *)holds, (PyObject *)table);
+}
+
+/* The node object, among x and what it holds (and what the node lists it
+ * holds hold), whose nodes include p; NULL if none. */
+static pg_nodeobj *owner_of(pg_nodeobj *x, const pg_node *p) {
+    pg_node *first = obj_nodes(x);
+    if (p >= first && p < first + x->nnodes) return x;
+    for (uint32_t i = 0; i < x->nrefs; i++) {
+        PyObject *r = obj_refs(x)[i];
+        if (r == NULL) continue;
+        if (Py_IS_TYPE(r, node_type)) {
+            pg_nodeobj *y = (pg_nodeobj *)r;
+            if (p >= obj_nodes(y) && p < obj_nodes(y) + y->nnodes) return y;
+        } else if (Py_IS_TYPE(r, list_type)) {
+            pg_listobj *l = (pg_listobj *)r;
+            for (uint32_t j = 0; j < l->n; j++) {
+                pg_nodeobj *y = (pg_nodeobj *)list_refs(l)[j];
+                if (p >= obj_nodes(y) && p < obj_nodes(y) + y->nnodes) return y;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* Value out over child i of parent's node (a node with no Value of its
+ * own: a number's leaf, a fused model's hidden node), holding a and b. */
+static int32_t pg_view_v(uintptr_t out, uintptr_t parent, uint32_t i, uintptr_t a,
+                         uintptr_t b) {
+    pg_valueobj *v = as_value((PyObject *)parent);
+    if (v == NULL || v->node == NULL || !fresh((PyObject *)out)) return PG_E_ARG;
+    pg_node *kid = pg_kid(v->node, i);
+    pg_nodeobj *x = kid != NULL ? owner_of(v->owner, kid) : NULL;
+    if (x == NULL) return PG_E_ARG;
+    Py_INCREF(x);
+    return give((PyObject *)out, x, kid, (PyObject *)a == Py_None ? NULL : (PyObject *)a,
+                (PyObject *)b == Py_None ? NULL : (PyObject *)b);
+}
+
+/* The nodes of the Values of tuple values, as a node list appended to out. */
+static int32_t pg_pack_v(uintptr_t values, uintptr_t out) {
+    PyObject *t = (PyObject *)values;
+    if (!PyTuple_Check(t) || !PyList_Check((PyObject *)out)) return PG_E_ARG;
+    uint32_t n = (uint32_t)PyTuple_Size(t);
+    if ((Py_ssize_t)n != PyTuple_Size(t) || !all_values(t, n)) return PG_E_ARG;
+    pg_listobj *l = PyObject_NewVar(pg_listobj, list_type, 2 * (Py_ssize_t)n);
+    if (l == NULL) {
+        PyErr_Clear();
+        return PG_E_NOMEM;
+    }
+    l->n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        pg_valueobj *v = (pg_valueobj *)PyTuple_GetItem(t, (Py_ssize_t)i);
+        Py_INCREF(v->owner);
+        list_refs(l)[i] = (PyObject *)v->owner;
+        list_nodes(l)[i] = v->node;
+    }
+    int rc = PyList_Append((PyObject *)out, (PyObject *)l);
+    Py_DECREF(l);
+    if (rc) {
+        PyErr_Clear();
+        return PG_E_NOMEM;
+    }
     return 0;
 }
 
-/* A leaf's Value (Value(x) for a float x): made = (value, (node,), None,
- * None). */
-static int32_t pg_leaf_v(pg_node *out, double data, uintptr_t made) {
-    int32_t rc = pg_leaf(out, data);
-    return rc ? rc : pg_finish(made);
+/* The node pointers of node list `list`, for a C call while the caller
+ * holds the list; NULL for what is no node list. */
+static pg_node *const *pg_list_nodes(uintptr_t list) {
+    pg_listobj *l = as_list((PyObject *)list);
+    return l != NULL ? list_nodes(l) : NULL;
 }
+
+static uint32_t pg_list_size(uintptr_t list) {
+    pg_listobj *l = as_list((PyObject *)list);
+    return l != NULL ? l->n : 0;
+}
+
+/* -- reading a Value's node (drawing, _prev, _op) --------------------------- */
+
+/* The node's address as a number, for identity (0: no node). */
+static uintptr_t pg_node_addr(uintptr_t value) {
+    return (uintptr_t)value_node((PyObject *)value);
+}
+
+/* op | flags << 8, or -1 for no node. */
+static int64_t pg_describe_v(uintptr_t value) {
+    pg_node *n = value_node((PyObject *)value);
+    return n != NULL ? pg_describe(n) : -1;
+}
+
+static double pg_exponent_v(uintptr_t value) {
+    pg_node *n = value_node((PyObject *)value);
+    return n != NULL ? pg_exponent(n) : 0.0;
+}
+
+static int pg_variant_v(uintptr_t value) {
+    pg_node *n = value_node((PyObject *)value);
+    return n != NULL ? pg_variant(n) : 0;
+}
+
+static uint32_t pg_nkids_v(uintptr_t value) {
+    pg_node *n = value_node((PyObject *)value);
+    return n != NULL ? pg_nkids(n) : 0;
+}
+
+/* Child i's address (0 past the last). */
+static uintptr_t pg_kid_addr(uintptr_t value, uint32_t i) {
+    pg_node *n = value_node((PyObject *)value);
+    return n != NULL ? (uintptr_t)pg_kid(n, i) : 0;
+}
+
+static int32_t pg_set_py_backward_v(uintptr_t value) {
+    pg_node *n = value_node((PyObject *)value);
+    if (n == NULL) return PG_E_ARG;
+    pg_set_py_backward(n);
+    return 0;
+}
+
+/* The node's own gradient rule (its Value's _backward, for a C node). */
+static int32_t pg_node_backward_v(uintptr_t value) {
+    pg_node *n = value_node((PyObject *)value);
+    if (n == NULL) return PG_E_ARG;
+    pg_node_backward(n);
+    return 0;
+}
+
+static int64_t pg_live_nodes(void) { return live_nodes; }
+
+/* -- walks without the GIL (rule 5) ------------------------------------------ */
+
+/* Backward from Value root (pg_backward), or PG_E_BUSY (nothing done)
+ * while another thread's walk holds the sweep lock after about 50 ms of
+ * waiting without the GIL: Python calls again, and its signal handlers
+ * (a Ctrl-C) run between the calls. */
+static int32_t pg_backward_v(uintptr_t root, pg_sweep *sweep) {
+    pg_valueobj *v = as_value((PyObject *)root);
+    if (v == NULL || v->node == NULL) return PG_E_ARG;
+    PyObject *owner = (PyObject *)v->owner;
+    Py_INCREF(owner);
+    PyThreadState *save = PyEval_SaveThread();
+    int32_t rc = pg_backward_wait(v->node, sweep, 50);
+    PyEval_RestoreThread(save);
+    Py_DECREF(owner);
+    return rc;
+}
+
+/* pg_compile from Value root (the caller holds it while the program lives);
+ * the walk's wait is for C only (csrc/backward.c's lock). */
+static int32_t pg_compile_v(uintptr_t root, pg_program *p, pg_node **bad) {
+    pg_valueobj *v = as_value((PyObject *)root);
+    if (v == NULL || v->node == NULL) return PG_E_ARG;
+    PyObject *owner = (PyObject *)v->owner;
+    Py_INCREF(owner);
+    PyThreadState *save = PyEval_SaveThread();
+    int32_t rc = pg_compile(v->node, p, bad);
+    PyEval_RestoreThread(save);
+    Py_DECREF(owner);
+    return rc;
+}
+
+/* Bulk reads and writes over node list `list`, without the GIL while they
+ * run (the list, held here, holds every node). */
+#define PG_LIST_CALL(name, call)                                                   \
+    static int32_t name {                                                          \
+        pg_listobj *l = as_list((PyObject *)list);                                 \
+        if (l == NULL) return PG_E_ARG;                                            \
+        Py_INCREF(l);                                                              \
+        PyThreadState *save = PyEval_SaveThread();                                 \
+        int32_t rc = call;                                                         \
+        PyEval_RestoreThread(save);                                                \
+        Py_DECREF(l);                                                              \
+        return rc;                                                                 \
+    }
+static int32_t gather_data(pg_listobj *l, double *out) {
+    pg_gather_data(list_nodes(l), l->n, out);
+    return 0;
+}
+static int32_t gather_grad(pg_listobj *l, double *out) {
+    pg_gather_grad(list_nodes(l), l->n, out);
+    return 0;
+}
+static int32_t scatter_data(pg_listobj *l, const double *in) {
+    pg_scatter_data(list_nodes(l), l->n, in);
+    return 0;
+}
+static int32_t fill_grad(pg_listobj *l, double x) {
+    pg_fill_grad(list_nodes(l), l->n, x);
+    return 0;
+}
+PG_LIST_CALL(pg_gather_data_l(uintptr_t list, double *out), gather_data(l, out))
+PG_LIST_CALL(pg_gather_grad_l(uintptr_t list, double *out), gather_grad(l, out))
+PG_LIST_CALL(pg_scatter_data_l(uintptr_t list, const double *in), scatter_data(l, in))
+PG_LIST_CALL(pg_fill_grad_l(uintptr_t list, double x), fill_grad(l, x))
+PG_LIST_CALL(pg_sgd_step_l(uintptr_t list, double lr, double momentum, double weight_decay,
+                           double *velocity, size_t nvelocity, double *steps),
+             pg_sgd_step(list_nodes(l), l->n, lr, momentum, weight_decay, velocity, nvelocity,
+                         steps))
+PG_LIST_CALL(pg_adam_step_l(uintptr_t list, double lr, double beta1, double beta2, double eps,
+                            double weight_decay, double bias1, double bias2, double *m,
+                            size_t nm, double *v, size_t nv, double *steps),
+             pg_adam_step(list_nodes(l), l->n, lr, beta1, beta2, eps, weight_decay, bias1,
+                          bias2, m, nm, v, nv, steps))
+#undef PG_LIST_CALL

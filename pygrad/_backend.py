@@ -199,7 +199,7 @@ def _state_fits(rc: int) -> None:
 
 class _CBackend(Backend):
     """The C engine: bulk operations are one C call over the Values' nodes
-    (a ``Packed``: the node pointers with the keeps that hold them)."""
+    (a ``Packed``: a node list, which holds them)."""
 
     __slots__ = ()
 
@@ -210,7 +210,7 @@ class _CBackend(Backend):
         f: Any = ffi.new("pg_optimizer *")   # Any: the stub's cdata has no fields
         f.kind = lib.PG_OPT_SGD if kind == "sgd" else lib.PG_OPT_ADAM
         f.n = len(packed)
-        f.params = packed.ptrs         # the optimizer holds packed beside f
+        f.params = lib.pg_list_nodes(id(packed.nodes))   # the optimizer holds packed beside f
         f.steps = steps
         return f
 
@@ -218,31 +218,31 @@ class _CBackend(Backend):
         return ffi.from_buffer("double[]", arr)
 
     def fill_grad(self, packed: Any, x: float) -> None:
-        lib.pg_fill_grad(packed.ptrs, len(packed), x)
+        lib.pg_fill_grad_l(id(packed.nodes), x)
 
     def gather_data(self, packed: Any) -> np.ndarray:
         out = np.empty(len(packed), dtype=np.float64)
-        lib.pg_gather_data(packed.ptrs, len(packed), ffi.from_buffer("double[]", out))
+        lib.pg_gather_data_l(id(packed.nodes), ffi.from_buffer("double[]", out))
         return out
 
     def gather_grad(self, packed: Any) -> np.ndarray:
         out = np.empty(len(packed), dtype=np.float64)
-        lib.pg_gather_grad(packed.ptrs, len(packed), ffi.from_buffer("double[]", out))
+        lib.pg_gather_grad_l(id(packed.nodes), ffi.from_buffer("double[]", out))
         return out
 
     def scatter_data(self, packed: Any, arr: np.ndarray) -> None:
-        lib.pg_scatter_data(packed.ptrs, len(packed), ffi.from_buffer("double[]", arr))
+        lib.pg_scatter_data_l(id(packed.nodes), ffi.from_buffer("double[]", arr))
 
     def sgd_step(self, packed: Any, lr: float, momentum: float, weight_decay: float,
                  velocity: Any, steps: Any) -> None:
-        _state_fits(lib.pg_sgd_step(packed.ptrs, len(packed), lr, momentum, weight_decay,
-                                    velocity, len(velocity), steps))
+        _state_fits(lib.pg_sgd_step_l(id(packed.nodes), lr, momentum, weight_decay,
+                                      velocity, len(velocity), steps))
 
     def adam_step(self, packed: Any, lr: float, beta1: float, beta2: float, eps: float,
                   weight_decay: float, bias1: float, bias2: float, m: Any, v: Any,
                   steps: Any) -> None:
-        _state_fits(lib.pg_adam_step(packed.ptrs, len(packed), lr, beta1, beta2, eps, weight_decay,
-                                     bias1, bias2, m, len(m), v, len(v), steps))
+        _state_fits(lib.pg_adam_step_l(id(packed.nodes), lr, beta1, beta2, eps, weight_decay,
+                                       bias1, bias2, m, len(m), v, len(v), steps))
 
     def fuses_layers(self, nout: int) -> bool:
         return True

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Tuple, Unio
 
 from ._core import ffi, lib
 from ._numbers import not_a_number, real_array
-from ._lifetime import pack, pointers
+from ._lifetime import pack
 from ._value_ops import Scalar
 from .engine import Value, find_below
 
@@ -109,8 +109,8 @@ class Program:
             raise ValueError("compile needs at least one output Value")
         self._outputs: Tuple[Value, ...] = outputs
         # What holds the programs' nodes (pygrad/_lifetime.py): the
-        # outputs' keeps, and the inputs' once there are inputs.
-        self._keeps: Tuple[tuple, ...] = tuple(v._pg_keep for v in outputs)
+        # outputs, and the inputs' node list once there are inputs.
+        self._keeps: Tuple[Any, ...] = outputs
         self._output = single
         self._program: Any = None
         self._batch: Any = None
@@ -123,7 +123,7 @@ class Program:
             # whatever interrupts this.
             program = ffi.gc(ffi.new("pg_program *"), lib.pg_program_clear)
             bad = ffi.new("pg_node **")
-            rc = lib.pg_compile(self._keeps[0][0], program, bad)
+            rc = lib.pg_compile_v(id(single), program, bad)
             _check(rc, bad[0], self._outputs)
             self._program = program
             self._n = lib.pg_program_size(program)
@@ -137,7 +137,7 @@ class Program:
     def _compile_batch(self, inputs: Tuple[Value, ...]) -> None:
         seen = set()
         for v in inputs:
-            if lib.pg_op(v._pg_keep[0]) != lib.PG_OP_LEAF:
+            if lib.pg_describe_v(id(v)) & 0xFF != lib.PG_OP_LEAF:
                 raise ValueError(f"compile's inputs must be leaves (Values made by Value(x)), "
                                  f"not the result of an op: {v!r}")
             if id(v) in seen:
@@ -145,10 +145,10 @@ class Program:
             seen.add(id(v))
         batch = ffi.gc(ffi.new("pg_batch *"), lib.pg_batch_clear)
         bad = ffi.new("pg_node **")
-        keeps = self._keeps[:len(self._outputs)] + tuple(v._pg_keep for v in inputs)
-        outs = pointers(self._outputs, keeps[:len(self._outputs)])
-        ins = pointers(inputs, keeps[len(self._outputs):])
-        rc = lib.pg_batch_compile(outs, len(self._outputs), ins, len(inputs), batch, bad)
+        outs, ins = pack(self._outputs), pack(inputs)
+        keeps = (outs, ins)
+        rc = lib.pg_batch_compile(lib.pg_list_nodes(id(outs.nodes)), len(self._outputs),
+                                  lib.pg_list_nodes(id(ins.nodes)), len(inputs), batch, bad)
         _check(rc, bad[0], self._outputs)
         self._keeps = keeps
         if _ndarray is None:
@@ -381,7 +381,7 @@ def _describe(node: Any, outputs: Tuple[Value, ...]) -> str:
     op = lib.pg_op(node)
     v = None
     for out in outputs:
-        v = find_below(out, node)
+        v = find_below(out, int(ffi.cast("uintptr_t", node)))
         if v is not None:
             break
     name = _node_name(v)
@@ -443,12 +443,12 @@ class Inputs:
         arr = real_array(data, "Inputs.set's data").reshape(-1)
         if arr.size != len(self.values):
             raise ValueError(f"Inputs.set needs {len(self.values)} numbers, got {arr.size}")
-        lib.pg_scatter_data(self._packed.ptrs, len(self.values), ffi.from_buffer("double[]", arr))
+        lib.pg_scatter_data_l(id(self._packed.nodes), ffi.from_buffer("double[]", arr))
 
     def get(self) -> np.ndarray:
         """The Values' data as an array."""
         out = np.empty(len(self.values), dtype=np.float64)
-        lib.pg_gather_data(self._packed.ptrs, len(self.values), ffi.from_buffer("double[]", out))
+        lib.pg_gather_data_l(id(self._packed.nodes), ffi.from_buffer("double[]", out))
         return out
 
     def __len__(self) -> int:
