@@ -94,6 +94,8 @@ uintptr_t pg_kid_addr(uintptr_t value, uint32_t i);
 int32_t pg_set_py_backward_v(uintptr_t value);
 int32_t pg_node_backward_v(uintptr_t value);
 int64_t pg_live_nodes(void);
+int pg_sweep_value(pg_sweep *s, uintptr_t out);
+void pg_zero_hidden_v(uintptr_t value);
 int32_t pg_backward_v(uintptr_t root, pg_sweep *sweep);
 int32_t pg_compile_v(uintptr_t root, pg_program *p, pg_node **bad);
 int32_t pg_gather_data_l(uintptr_t list, double *out);

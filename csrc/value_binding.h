@@ -266,6 +266,8 @@ static void value_dealloc(PyObject *self) {
     pg_valueobj *v = (pg_valueobj *)self;
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
+    if (v->node != NULL && v->node->op == PG_OP_CUSTOM && v->node->c.list.py == (void *)self)
+        v->node->c.list.py = NULL;       /* (pg_custom_v) */
     value_clear(self);
     Py_CLEAR(v->owner);
     v->node = NULL;
@@ -469,7 +471,9 @@ static int32_t pg_custom_v(uintptr_t value, double data, uintptr_t kids) {
     pg_nodeobj *x = new_nodeobj(1, n, n);
     if (x == NULL) return PG_E_NOMEM;
     hold_all(x, 0, t, obj_words(x));
-    pg_custom(obj_nodes(x), data, obj_words(x), n, NULL);
+    /* the node names its Value, without a reference, for backward() to
+     * hand its closure to Python; the Value's dealloc erases the name */
+    pg_custom(obj_nodes(x), data, obj_words(x), n, (void *)value);
     return give((PyObject *)value, x, obj_nodes(x), t, NULL);
 }
 
@@ -762,6 +766,26 @@ static int32_t pg_node_backward_v(uintptr_t value) {
 }
 
 static int64_t pg_live_nodes(void) { return live_nodes; }
+
+/* The Value of the custom op whose closure a sweep waits for, appended to
+ * list out: 1, or 0 if its Value is gone or it is no custom op (a C
+ * node whose _backward was set later: Python looks for its Value). */
+static int pg_sweep_value(pg_sweep *s, uintptr_t out) {
+    pg_node *n = s != NULL ? s->py : NULL;
+    PyObject *v = n != NULL && n->op == PG_OP_CUSTOM ? (PyObject *)n->c.list.py : NULL;
+    if (v == NULL || !PyList_Check((PyObject *)out)) return 0;
+    if (PyList_Append((PyObject *)out, v)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* Test hook: pg_zero_hidden on Value v's node. */
+static void pg_zero_hidden_v(uintptr_t value) {
+    pg_node *n = value_node((PyObject *)value);
+    if (n != NULL) pg_zero_hidden(n);
+}
 
 /* -- walks without the GIL (rule 5) ------------------------------------------ */
 

@@ -641,10 +641,13 @@ def _record_backward(root: Value) -> int:
         while rc == _E_BUSY:
             rc = lib.pg_backward_v(id(root), sweep)
         while rc > 0:
-            node = int(ffi.cast("uintptr_t", sweep.py))
-            if below is None:
-                below = _values_below(root)
-            v = below.get(node)
+            found: list = []
+            if lib.pg_sweep_value(sweep, id(found)):
+                v = found[0]
+            else:       # a C node whose _backward was set later: find its Value
+                if below is None:
+                    below = _values_below(root)
+                v = below.get(int(ffi.cast("uintptr_t", sweep.py)))
             if not isinstance(v, Value):
                 raise RuntimeError("pygrad: a custom op's _backward is gone (its Value was "
                                    "cleared while its node lived on): keep the Value, as "
