@@ -415,14 +415,14 @@ def test_keeping_one_interior_value_per_step_fits_1_gib_of_address_space():
 
 def test_building_while_keeping_every_value_costs_one_keep_each():
     """What once made this quadratic was work per segment that grew with the
-    Values kept.  Now nothing scans: each kept Value holds its node by its
-    keep, and the graph's nodes are exactly the Values' nodes."""
+    Values kept.  Now nothing scans: each kept Value holds its node object,
+    and the graph's nodes are exactly the Values' nodes."""
     gc.collect()
     before = internals.live_nodes()
     held = [Value(1.0)]
     for i in range(100_000):
         held.append(held[-1] * 1.0000001)
-    assert all(type(v._pg_keep) is tuple for v in held)
+    assert all(internals.node_of(v) for v in held)
     assert internals.live_nodes() - before == 2 * len(held) - 1   # each op's number is a leaf
     assert math.isfinite(held[-1].data)
     del held

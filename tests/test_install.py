@@ -210,7 +210,7 @@ def test_cffis_wrappers_keep_the_gil_for_the_calls_that_touch_python_objects(tmp
     module.ffibuilder.emit_c_code(str(out))
     source = out.read_text()
     preamble = source.index("#undef Py_BEGIN_ALLOW_THREADS")
-    for name in ("pg_binding_init", "pg_finish", "pg_track", "pg_leaf_v",
+    for name in ("pg_binding_init", "pg_pack_v", "pg_custom_v", "pg_leaf_v", "pg_backward_v",
                  "pg_binary_MUL_v", "pg_binary_k_ADD_v", "pg_unary_TANH_v"):
         found = re.search(r"_cffi_f_%s\(PyObject \*self, PyObject \*\w+\)\n\{(.*?)\n\}" % name,
                           source, re.S)

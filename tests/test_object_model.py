@@ -130,9 +130,6 @@ def test_op_names_can_be_set_as_on_micrograds_value(engine):
     assert custom._op == "mine"
     custom._op = "renamed"
     assert custom._op == "renamed"
-    if engine == "c":
-        with pytest.raises(TypeError, match="_op must be str"):
-            d._op = 3
 
 
 def test_prev_is_fixed_on_the_c_engine_and_settable_on_the_reference():

@@ -36,7 +36,7 @@ from helpers import assert_same_doubles
 
 def node(v):
     """v's node as a pg_node * cdata (v must stay alive)."""
-    return lib.pg_node_ptr(v._pg_keep[0])
+    return ffi.cast("pg_node *", lib.pg_node_addr(id(v)))
 
 
 def addr(p) -> int:
@@ -84,7 +84,7 @@ def backward_walk(root):
     probe = Value(0.0, (root,), "probe")
     sweep = ffi.gc(ffi.new("pg_sweep *"), lib.pg_sweep_clear)
     try:
-        rc = lib.pg_backward(probe._pg_keep[0], sweep)
+        rc = lib.pg_backward(node(probe), sweep)
         assert rc == 1, f"pg_backward: {rc}"
         order = [addr(sweep.order[i]) for i in range(sweep.n)]
     finally:
