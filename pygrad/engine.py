@@ -378,6 +378,13 @@ class Value(_ValueBase):
     """
 
     __slots__ = ("__dict__", "__weakref__")
+    # Stored in the C node, read and written by the C base's descriptors
+    # (annotations only: no class attribute shadows them).
+    data: float
+    grad: float
+    _pg_a: Any            # the operands (read-only: the C base's)
+    _pg_b: Any
+    _pg_kids: Any         # _prev's cache
     #: A name for drawing: a str, kept in the instance dict once set (as the
     #: micrograd lecture's Value keeps it), "" until then.
     label: str = ""
@@ -520,7 +527,7 @@ class Value(_ValueBase):
                 return _not_a_number(other)
             is_int = 1 if isinstance(other, numbers.Integral) else 0
         cls = _result_class(type(self)) if type(self) is not Value else Value
-        out = _new(cls)
+        out: Value = _new(cls)
         made = (out, self, k)
         rc = _powk_v(id(made), is_int)
         if rc == _E_NUMBER:
