@@ -1,15 +1,13 @@
 /*
  * pygrad's public C API: the only header Python's cffi layer sees.
  *
- * Lifetime, in one paragraph (pygrad/_lifetime.py says the same for
- * Python): a node lives in memory that Python owns, the bytes of a bytes
- * object (node memory); C never allocates, frees or keeps a record of a
- * node.  Every creator below writes new nodes into memory the caller
- * passes, and links them to children by raw pointer; the caller keeps the
- * children's memory alive at least as long as the new nodes' (Python: the
- * new Value's keep, an immutable tuple, holds the children's keeps).  So
- * whatever a node points to lives while it does, and a call that is given
- * a node may walk everything below it for as long as the caller holds it.
+ * Lifetime is csrc/value_binding.h's (its five rules at its top): a node
+ * lives in a node object of pygrad's own, which holds every node object
+ * its nodes point to.  Every creator below writes new nodes into memory
+ * the caller passes (the binding: a new node object's) and links them to
+ * children by raw pointer; the caller holds the children as long as the
+ * new nodes.  So a call that is given a node may walk everything below it
+ * for as long as the caller holds it.
  *
  * Functions that create nodes return 0, or a negative PG_E_* (nothing
  * made).  Nothing here aborts, exits or prints.

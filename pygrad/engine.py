@@ -607,21 +607,6 @@ class _Children(set):
     __ior__ = __iand__ = __isub__ = __ixor__ = _fixed  # type: ignore[assignment]
 
 
-def find_below(root: Value, node: int) -> "Optional[Value]":
-    """The Value over node address ``node`` among the Values ``root``
-    holds, transitively."""
-    seen, stack = set(), [root]
-    while stack:
-        v = stack.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        if _node_addr(id(v)) == node:
-            return v
-        stack.extend(_operands(v))
-    return None
-
-
 def _values_below(root: Value) -> "dict[int, Value]":
     """Every Value ``root`` holds, transitively, by its node's address."""
     found: "dict[int, Value]" = {}
@@ -634,6 +619,12 @@ def _values_below(root: Value) -> "dict[int, Value]":
         found.setdefault(_node_addr(id(v)), v)
         stack.extend(_operands(v))
     return found
+
+
+def find_below(root: Value, node: int) -> "Optional[Value]":
+    """The Value over node address ``node`` among the Values ``root``
+    holds, transitively."""
+    return _values_below(root).get(node)
 
 
 def _record_backward(root: Value) -> int:
