@@ -98,9 +98,13 @@ int pg_sweep_value(pg_sweep *s, uintptr_t out);
 void pg_zero_hidden_v(uintptr_t value);
 int32_t pg_backward_v(uintptr_t root, pg_sweep *sweep);
 int32_t pg_compile_v(uintptr_t root, pg_program *p, pg_node **bad);
-int32_t pg_gather_data_l(uintptr_t list, double *out);
-int32_t pg_gather_grad_l(uintptr_t list, double *out);
-int32_t pg_scatter_data_l(uintptr_t list, const double *in);
+int32_t pg_batch_compile_v(uintptr_t outputs, uintptr_t inputs, pg_batch *b, pg_node **bad);
+void pg_sweep_release(pg_sweep *s);
+void pg_program_release(pg_program *p);
+void pg_batch_release(pg_batch *b);
+int32_t pg_gather_data_l(uintptr_t list, double *out, size_t nout);
+int32_t pg_gather_grad_l(uintptr_t list, double *out, size_t nout);
+int32_t pg_scatter_data_l(uintptr_t list, const double *in, size_t nin);
 int32_t pg_fill_grad_l(uintptr_t list, double x);
 int32_t pg_sgd_step_l(uintptr_t list, double lr, double momentum, double weight_decay,
                       double *velocity, size_t nvelocity, double *steps);
@@ -148,6 +152,13 @@ def test_hook_names() -> "list[str]":
     return re.findall(r"(\w+)\s*\(", code)
 
 
+def hide_holds(cdef: str) -> str:
+    """cdef with each struct field marked "hidden from cffi" left out (a
+    partial struct, ``...;``): what holds a sweep's or program's nodes is
+    the binding's alone (csrc/value_binding.h), out of Python's reach."""
+    return re.sub(r"^[^\n]*hidden from cffi[^\n]*$", "    ...;", cdef, flags=re.M)
+
+
 def cdef_source(test_hooks: bool = TEST_HOOKS) -> str:
     """The cdef of the core: pygrad.h's, the op codes and entry points, and
     with test_hooks, the hooks of test_hooks.h."""
@@ -157,7 +168,7 @@ def cdef_source(test_hooks: bool = TEST_HOOKS) -> str:
     hooks = _cdef_part("test_hooks.h") if test_hooks else ""
     # The node's size and its two number fields (the rest is C's: "...").
     node = "typedef struct pg_node { double data; double grad; ...; } pg_node;\n"
-    return ("\n".join(defines) + "\n" + node + _cdef_part("pygrad.h") + hooks
+    return ("\n".join(defines) + "\n" + node + hide_holds(_cdef_part("pygrad.h")) + hooks
             + "\n".join(entry_points()) + "\n" + BINDING_CDEF + binding_entry_points()[0])
 
 

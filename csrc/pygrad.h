@@ -194,6 +194,7 @@ typedef struct pg_sweep {
     int done;
     int started;           /* its order is recorded */
     pg_node *py;           /* the node whose Python backward is due */
+    void *hold;            /* the binding's: holds the nodes (hidden from cffi) */
 } pg_sweep;
 int32_t pg_backward(pg_node *root, pg_sweep *sweep);
 /* pg_backward, or PG_E_BUSY (nothing done) if another thread's walk holds
@@ -211,6 +212,7 @@ void pg_node_backward(pg_node *n);
 typedef struct pg_program {
     void *impl;            /* the flat program (replay.c) */
     size_t n;              /* its nodes */
+    void *hold;            /* the binding's: holds the nodes (hidden from cffi) */
 } pg_program;
 int32_t pg_compile(pg_node *root, pg_program *p, pg_node **bad_node);
 double pg_program_forward(pg_program *p);
@@ -228,6 +230,7 @@ void pg_program_clear(pg_program *p);
  * and inputs while it lives. */
 typedef struct pg_batch {
     void *impl;
+    void *hold;            /* the binding's: holds the nodes (hidden from cffi) */
 } pg_batch;
 int32_t pg_batch_compile(pg_node *const *outputs, uint32_t nout, pg_node *const *inputs,
                          uint32_t ninputs, pg_batch *b, pg_node **bad);

@@ -789,6 +789,40 @@ static void pg_zero_hidden_v(uintptr_t value) {
 
 /* -- walks without the GIL (rule 5) ------------------------------------------ */
 
+/* A sweep, program or batch holds what its nodes live in from the call
+ * that fills it (its `hold`, which cffi does not show) until its release
+ * below, which Python's ffi.gc calls, with the GIL, in place of the
+ * core's clear. */
+static void take_hold(void **hold, PyObject *x) {
+    if (*hold != NULL) return;
+    Py_INCREF(x);
+    *hold = x;
+}
+
+static void let_go(void **hold) {
+    PyObject *x = (PyObject *)*hold;
+    *hold = NULL;
+    Py_XDECREF(x);
+}
+
+static void pg_sweep_release(pg_sweep *s) {
+    if (s == NULL) return;
+    pg_sweep_clear(s);
+    let_go(&s->hold);
+}
+
+static void pg_program_release(pg_program *p) {
+    if (p == NULL) return;
+    pg_program_clear(p);
+    let_go(&p->hold);
+}
+
+static void pg_batch_release(pg_batch *b) {
+    if (b == NULL) return;
+    pg_batch_clear(b);
+    let_go(&b->hold);
+}
+
 /* Backward from Value root (pg_backward), or PG_E_BUSY (nothing done)
  * while another thread's walk holds the sweep lock after about 50 ms of
  * waiting without the GIL: Python calls again, and its signal handlers
@@ -798,6 +832,7 @@ static int32_t pg_backward_v(uintptr_t root, pg_sweep *sweep) {
     if (v == NULL || v->node == NULL) return PG_E_ARG;
     PyObject *owner = (PyObject *)v->owner;
     Py_INCREF(owner);
+    if (sweep != NULL) take_hold(&sweep->hold, owner);
     PyThreadState *save = PyEval_SaveThread();
     int32_t rc = pg_backward_wait(v->node, sweep, 50);
     PyEval_RestoreThread(save);
@@ -812,10 +847,29 @@ static int32_t pg_compile_v(uintptr_t root, pg_program *p, pg_node **bad) {
     if (v == NULL || v->node == NULL) return PG_E_ARG;
     PyObject *owner = (PyObject *)v->owner;
     Py_INCREF(owner);
+    if (p != NULL) take_hold(&p->hold, owner);
     PyThreadState *save = PyEval_SaveThread();
     int32_t rc = pg_compile(v->node, p, bad);
     PyEval_RestoreThread(save);
     Py_DECREF(owner);
+    return rc;
+}
+
+/* pg_batch_compile over node lists outputs and inputs (the batch holds
+ * them till its release). */
+static int32_t pg_batch_compile_v(uintptr_t outputs, uintptr_t inputs, pg_batch *b,
+                                  pg_node **bad) {
+    pg_listobj *o = as_list((PyObject *)outputs), *i = as_list((PyObject *)inputs);
+    if (o == NULL || i == NULL || b == NULL || b->hold != NULL) return PG_E_ARG;
+    PyObject *both = PyTuple_Pack(2, (PyObject *)o, (PyObject *)i);
+    if (both == NULL) {
+        PyErr_Clear();
+        return PG_E_NOMEM;
+    }
+    b->hold = both;
+    PyThreadState *save = PyEval_SaveThread();
+    int32_t rc = pg_batch_compile(list_nodes(o), o->n, list_nodes(i), i->n, b, bad);
+    PyEval_RestoreThread(save);
     return rc;
 }
 
@@ -832,15 +886,20 @@ static int32_t pg_compile_v(uintptr_t root, pg_program *p, pg_node **bad) {
         Py_DECREF(l);                                                              \
         return rc;                                                                 \
     }
-static int32_t gather_data(pg_listobj *l, double *out) {
+/* (each buffer comes with its length: PG_E_ARG, nothing done, if it is
+ * shorter than the list) */
+static int32_t gather_data(pg_listobj *l, double *out, size_t nout) {
+    if (nout < l->n) return PG_E_ARG;
     pg_gather_data(list_nodes(l), l->n, out);
     return 0;
 }
-static int32_t gather_grad(pg_listobj *l, double *out) {
+static int32_t gather_grad(pg_listobj *l, double *out, size_t nout) {
+    if (nout < l->n) return PG_E_ARG;
     pg_gather_grad(list_nodes(l), l->n, out);
     return 0;
 }
-static int32_t scatter_data(pg_listobj *l, const double *in) {
+static int32_t scatter_data(pg_listobj *l, const double *in, size_t nin) {
+    if (nin < l->n) return PG_E_ARG;
     pg_scatter_data(list_nodes(l), l->n, in);
     return 0;
 }
@@ -848,9 +907,12 @@ static int32_t fill_grad(pg_listobj *l, double x) {
     pg_fill_grad(list_nodes(l), l->n, x);
     return 0;
 }
-PG_LIST_CALL(pg_gather_data_l(uintptr_t list, double *out), gather_data(l, out))
-PG_LIST_CALL(pg_gather_grad_l(uintptr_t list, double *out), gather_grad(l, out))
-PG_LIST_CALL(pg_scatter_data_l(uintptr_t list, const double *in), scatter_data(l, in))
+PG_LIST_CALL(pg_gather_data_l(uintptr_t list, double *out, size_t nout),
+             gather_data(l, out, nout))
+PG_LIST_CALL(pg_gather_grad_l(uintptr_t list, double *out, size_t nout),
+             gather_grad(l, out, nout))
+PG_LIST_CALL(pg_scatter_data_l(uintptr_t list, const double *in, size_t nin),
+             scatter_data(l, in, nin))
 PG_LIST_CALL(pg_fill_grad_l(uintptr_t list, double x), fill_grad(l, x))
 PG_LIST_CALL(pg_sgd_step_l(uintptr_t list, double lr, double momentum, double weight_decay,
                            double *velocity, size_t nvelocity, double *steps),

@@ -22,7 +22,7 @@ from . import engine as _engine
 from . import functional as _functional
 from . import reference as _reference
 from ._core import ffi, lib
-from ._lifetime import pack as _pack
+from ._lifetime import bulk as _bulk, pack as _pack
 from ._numbers import is_value
 
 if TYPE_CHECKING:
@@ -70,9 +70,11 @@ class Backend:
         (made once per array: it must stay the array it was made from)."""
         return arr
 
-    def fused_optimizer(self, kind: str, packed: Any, steps: Any) -> Any:
+    def fused_optimizer(self, kind: str, packed: Any, steps: Any) -> "tuple[Any, tuple]":
         """The C description of an optimizer's step ('sgd' or 'adam') for
-        Program.train_step; only the C engine has one."""
+        Program.train_step, pointing to ``packed``'s nodes and ``steps``,
+        and what holds what it points to (the caller holds it for the
+        call); only the C engine has one."""
         raise TypeError("train_step needs an optimizer over pygrad.Values (C engine), "
                         "not reference Values")
 
@@ -206,42 +208,46 @@ class _CBackend(Backend):
     def pack(self, values: Iterable[Any]) -> Any:
         return _pack(values)
 
-    def fused_optimizer(self, kind: str, packed: Any, steps: Any) -> Any:
+    def fused_optimizer(self, kind: str, packed: Any, steps: Any) -> "tuple[Any, tuple]":
         f: Any = ffi.new("pg_optimizer *")   # Any: the stub's cdata has no fields
         f.kind = lib.PG_OPT_SGD if kind == "sgd" else lib.PG_OPT_ADAM
-        f.n = len(packed)
-        f.params = lib.pg_list_nodes(id(packed.nodes))   # the optimizer holds packed beside f
+        nodes = packed.nodes
+        f.n = lib.pg_list_size(id(nodes))
+        f.params = lib.pg_list_nodes(id(nodes))
         f.steps = steps
-        return f
+        return f, (nodes, steps)
 
     def buffer(self, arr: np.ndarray) -> Any:
         return ffi.from_buffer("double[]", arr)
 
     def fill_grad(self, packed: Any, x: float) -> None:
-        lib.pg_fill_grad_l(id(packed.nodes), x)
+        nodes = packed.nodes     # (held by a name for the call)
+        lib.pg_fill_grad_l(id(nodes), x)
 
     def gather_data(self, packed: Any) -> np.ndarray:
         out = np.empty(len(packed), dtype=np.float64)
-        lib.pg_gather_data_l(id(packed.nodes), ffi.from_buffer("double[]", out))
+        _bulk(lib.pg_gather_data_l, packed, out)
         return out
 
     def gather_grad(self, packed: Any) -> np.ndarray:
         out = np.empty(len(packed), dtype=np.float64)
-        lib.pg_gather_grad_l(id(packed.nodes), ffi.from_buffer("double[]", out))
+        _bulk(lib.pg_gather_grad_l, packed, out)
         return out
 
     def scatter_data(self, packed: Any, arr: np.ndarray) -> None:
-        lib.pg_scatter_data_l(id(packed.nodes), ffi.from_buffer("double[]", arr))
+        _bulk(lib.pg_scatter_data_l, packed, arr)
 
     def sgd_step(self, packed: Any, lr: float, momentum: float, weight_decay: float,
                  velocity: Any, steps: Any) -> None:
-        _state_fits(lib.pg_sgd_step_l(id(packed.nodes), lr, momentum, weight_decay,
+        nodes = packed.nodes     # (held by a name for the call)
+        _state_fits(lib.pg_sgd_step_l(id(nodes), lr, momentum, weight_decay,
                                       velocity, len(velocity), steps))
 
     def adam_step(self, packed: Any, lr: float, beta1: float, beta2: float, eps: float,
                   weight_decay: float, bias1: float, bias2: float, m: Any, v: Any,
                   steps: Any) -> None:
-        _state_fits(lib.pg_adam_step_l(id(packed.nodes), lr, beta1, beta2, eps, weight_decay,
+        nodes = packed.nodes     # (held by a name for the call)
+        _state_fits(lib.pg_adam_step_l(id(nodes), lr, beta1, beta2, eps, weight_decay,
                                        bias1, bias2, m, len(m), v, len(v), steps))
 
     def fuses_layers(self, nout: int) -> bool:

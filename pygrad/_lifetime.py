@@ -24,9 +24,9 @@ Bulk calls (optimizers, ``Program``, fused layers) take a *node list*
 """
 from typing import Any, Iterable, Tuple
 
-from ._core import lib
+from ._core import ffi, lib
 
-__all__ = ["Packed", "pack", "check"]
+__all__ = ["Packed", "pack", "check", "bulk"]
 
 
 class Packed:
@@ -41,8 +41,9 @@ class Packed:
     def __init__(self, values: Tuple[Any, ...]) -> None:
         out: list = []
         rc = lib.pg_pack_v(id(values), id(out))
+        if rc == lib.PG_E_NOMEM:
+            raise MemoryError("pygrad: out of memory making a list of nodes")
         if rc:
-            check(rc, "a list of nodes")
             raise TypeError("pygrad: an item is no pygrad.Value with a node (its __init__ "
                             "never ran, or it is another engine's): pass pygrad Values")
         self.nodes = out[0]
@@ -55,6 +56,15 @@ class Packed:
 def pack(values: Iterable[Any]) -> Packed:
     """The nodes of ``values`` (pygrad Values), packed."""
     return Packed(tuple(values))
+
+
+def bulk(call: Any, packed: Packed, arr: Any) -> None:
+    """One bulk read or write between ``packed``'s nodes and the float64
+    array ``arr`` (``lib.pg_gather_data_l`` and its kind); C refuses an
+    array shorter than the nodes."""
+    nodes = packed.nodes            # (held by a name for the call)
+    if call(id(nodes), ffi.from_buffer("double[]", arr), arr.size):
+        raise ValueError(f"pygrad: {arr.size} numbers for the data of {len(packed)} Values")
 
 
 def check(rc: int, what: str) -> int:

@@ -327,8 +327,8 @@ def _kids_of(v: "Value") -> Set["Value"]:
             kid = table.get(p)
         if kid is None:
             kid = _new(Value)
-            rc = lib.pg_view_v(id(kid), id(v), i, id(v._pg_a if table is not None else None),
-                               id(table))
+            holds = v._pg_a if table is not None else None   # (a name holds it for the call)
+            rc = lib.pg_view_v(id(kid), id(v), i, id(holds), id(table))
             if rc:
                 _fail(rc, "a child's Value")
             if table is not None:
@@ -618,6 +618,9 @@ def _values_below(root: Value) -> "dict[int, Value]":
         seen.add(id(v))
         found.setdefault(_node_addr(id(v)), v)
         stack.extend(_operands(v))
+        kids = v._pg_kids       # Values _prev made for nodes without one
+        if kids:
+            stack.extend(kids)
     return found
 
 
@@ -632,7 +635,7 @@ def _record_backward(root: Value) -> int:
     order and saves the grads, then runs the rules, handing each closure to
     Python; whatever stops it, the saved grads are put back.  ``root``
     holds every node the sweep walks."""
-    sweep: Any = ffi.gc(ffi.new("pg_sweep *"), lib.pg_sweep_clear)
+    sweep: Any = ffi.gc(ffi.new("pg_sweep *"), lib.pg_sweep_release)
     below: "Optional[dict[int, Value]]" = None
     try:
         rc = lib.pg_backward_v(id(root), sweep)

@@ -64,14 +64,14 @@ class Optimizer:
         # call as the update: a Ctrl-C as the step returns can't leave it behind.
         self._steps = np.zeros(1)
         self._steps_view = self._backend.buffer(self._steps)
-        self._fused: Any = None
 
     def _fused_step(self, kind: str, own_step: Any, lr: float) -> Any:
         """The C description of this optimizer's step for
-        ``Program.train_step`` at learning rate ``lr`` (made once, its lr
-        and state refreshed per step), or a TypeError if this optimizer
-        can't step there.  The lr is read by the caller, before it takes
-        the Program's lock: a schedule may run the Program."""
+        ``Program.train_step`` at learning rate ``lr``, with what holds
+        what it points to (the caller holds it for the call), or a
+        TypeError if this optimizer can't step there.  Made anew each step,
+        from the state as it is then.  The lr is read by the caller, before
+        it takes the Program's lock: a schedule may run the Program."""
         cls = type(self)
         for name, own in (("_step", own_step), ("step", Optimizer.step),
                           ("zero_grad", Optimizer.zero_grad)):
@@ -79,11 +79,9 @@ class Optimizer:
                 raise TypeError(f"train_step runs SGD's and Adam's own zero_grad and step in "
                                 f"C; {cls.__name__} overrides {name}: call zero_grad(), "
                                 f"map() and step() instead")
-        f = self._fused
-        if f is None:
-            f = self._fused = self._backend.fused_optimizer(kind, self._packed, self._steps_view)
+        f, keep = self._backend.fused_optimizer(kind, self._packed, self._steps_view)
         f.lr = lr
-        return f
+        return f, keep
 
     @property
     def steps(self) -> int:
@@ -239,10 +237,11 @@ class SGD(Optimizer):
         return f", momentum={self.momentum}, weight_decay={self.weight_decay}"
 
     def _fill_fused(self, lr: float) -> Any:
-        f = self._fused_step("sgd", SGD._step, lr)
+        f, keep = self._fused_step("sgd", SGD._step, lr)
         f.momentum, f.weight_decay = self.momentum, self.weight_decay
-        f.s1, f.ns1 = self._views["velocity"], len(self._state["velocity"])
-        return f
+        velocity = self._views["velocity"]
+        f.s1, f.ns1 = velocity, len(velocity)
+        return f, (keep, velocity)
 
     def _step(self, lr: float) -> None:
         self._backend.sgd_step(self._packed, lr, self.momentum, self.weight_decay,
@@ -275,13 +274,14 @@ class Adam(Optimizer):
                 f"weight_decay={self.weight_decay}")
 
     def _fill_fused(self, lr: float) -> Any:
-        f = self._fused_step("adam", Adam._step, lr)
+        f, keep = self._fused_step("adam", Adam._step, lr)
         t = self.steps + 1
         f.beta1, f.beta2, f.eps, f.weight_decay = self.beta1, self.beta2, self.eps, self.weight_decay
         f.bias1, f.bias2 = 1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t
-        f.s1, f.ns1 = self._views["m"], len(self._state["m"])
-        f.s2, f.ns2 = self._views["v"], len(self._state["v"])
-        return f
+        m, v = self._views["m"], self._views["v"]
+        f.s1, f.ns1 = m, len(m)
+        f.s2, f.ns2 = v, len(v)
+        return f, (keep, m, v)
 
     def _step(self, lr: float) -> None:
         t = self.steps + 1

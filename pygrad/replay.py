@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Tuple, Unio
 
 from ._core import ffi, lib
 from ._numbers import not_a_number, real_array
-from ._lifetime import pack
+from ._lifetime import bulk, pack
 from ._value_ops import Scalar
 from .engine import Value, find_below
 
@@ -99,7 +99,7 @@ class Program:
     ``map()`` over rows of inputs (see ``compile``)."""
 
     __slots__ = ("_output", "_outputs", "_inputs", "_program", "_batch", "_lock", "_lock_forks",
-                 "_n", "_threads", "_keeps", "__weakref__")
+                 "_n", "_threads", "__weakref__")
 
     def __init__(self, output: Union[Scalar, Iterable[Scalar]],
                  inputs: Optional[Union[Scalar, Iterable[Scalar]]] = None) -> None:
@@ -107,10 +107,9 @@ class Program:
         outputs = (single,) if single is not None else _values(output, "compile's outputs")
         if not outputs:
             raise ValueError("compile needs at least one output Value")
+        # (the C program and batch hold their nodes themselves:
+        # csrc/value_binding.h)
         self._outputs: Tuple[Value, ...] = outputs
-        # What holds the programs' nodes (pygrad/_lifetime.py): the
-        # outputs, and the inputs' node list once there are inputs.
-        self._keeps: Tuple[Any, ...] = outputs
         self._output = single
         self._program: Any = None
         self._batch: Any = None
@@ -121,7 +120,7 @@ class Program:
         if single is not None:
             # Made empty and released in C (ffi.gc) first: nothing is lost
             # whatever interrupts this.
-            program = ffi.gc(ffi.new("pg_program *"), lib.pg_program_clear)
+            program = ffi.gc(ffi.new("pg_program *"), lib.pg_program_release)
             bad = ffi.new("pg_node **")
             rc = lib.pg_compile_v(id(single), program, bad)
             _check(rc, bad[0], self._outputs)
@@ -143,14 +142,11 @@ class Program:
             if id(v) in seen:
                 raise ValueError(f"compile's inputs name the same Value twice: {v!r}")
             seen.add(id(v))
-        batch = ffi.gc(ffi.new("pg_batch *"), lib.pg_batch_clear)
+        batch = ffi.gc(ffi.new("pg_batch *"), lib.pg_batch_release)
         bad = ffi.new("pg_node **")
-        outs, ins = pack(self._outputs), pack(inputs)
-        keeps = (outs, ins)
-        rc = lib.pg_batch_compile(lib.pg_list_nodes(id(outs.nodes)), len(self._outputs),
-                                  lib.pg_list_nodes(id(ins.nodes)), len(inputs), batch, bad)
+        out_nodes, in_nodes = pack(self._outputs).nodes, pack(inputs).nodes
+        rc = lib.pg_batch_compile_v(id(out_nodes), id(in_nodes), batch, bad)
         _check(rc, bad[0], self._outputs)
-        self._keeps = keeps
         if _ndarray is None:
             _numpy_types()
         self._inputs = inputs
@@ -315,10 +311,13 @@ class Program:
                 # read before another thread's step is read again.
                 if optimizer.steps != steps:
                     continue
-                fused = fill(lr)
+                # fused points into what `held` holds: the optimizer's state
+                # as it is now, whatever another thread sets meanwhile
+                fused, held = fill(lr)
                 rc = lib.pg_batch_step(self._batch, ffi.from_buffer("double[]", data), n,
                                        ffi.from_buffer("double[]", out),
                                        ffi.from_buffer("double[]", w), threads, fused)
+                del held
             break
         if rc < 0:
             _run_failed(rc, "train_step()")
@@ -443,12 +442,12 @@ class Inputs:
         arr = real_array(data, "Inputs.set's data").reshape(-1)
         if arr.size != len(self.values):
             raise ValueError(f"Inputs.set needs {len(self.values)} numbers, got {arr.size}")
-        lib.pg_scatter_data_l(id(self._packed.nodes), ffi.from_buffer("double[]", arr))
+        bulk(lib.pg_scatter_data_l, self._packed, arr)
 
     def get(self) -> np.ndarray:
         """The Values' data as an array."""
         out = np.empty(len(self.values), dtype=np.float64)
-        lib.pg_gather_data_l(id(self._packed.nodes), ffi.from_buffer("double[]", out))
+        bulk(lib.pg_gather_data_l, self._packed, out)
         return out
 
     def __len__(self) -> int:
