@@ -79,7 +79,6 @@ def test_program_holds_its_nodes_whatever_its_attributes():
     made = live() - before
     p._output = None
     p._outputs = ()
-    p._keeps = ()
     del x, y
     # the program still runs forward(): its nodes must still be alive
     assert live() - before == made
