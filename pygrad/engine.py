@@ -46,6 +46,10 @@ def _bind() -> "tuple[type, type, type]":
     if sys.implementation.name != "cpython":
         raise ImportError("pygrad's C engine runs on CPython only (it passes objects to C by "
                           "id()); on " + sys.implementation.name + " use pygrad.reference")
+    if getattr(sys, "_is_gil_enabled", lambda: True)() is False:
+        raise ImportError("pygrad's C engine needs the GIL (its Values' nodes are guarded by "
+                          "it); on a free-threaded CPython run with PYTHON_GIL=1, or use "
+                          "pygrad.reference")
     types: list = []
     rc = lib.pg_binding_init(id(types), id(_convert))
     if rc == -2:

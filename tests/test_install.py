@@ -218,3 +218,42 @@ def test_cffis_wrappers_keep_the_gil_for_the_calls_that_touch_python_objects(tmp
         body = found.group(1)
         assert "Py_BEGIN_ALLOW_THREADS" in body, name
         assert "PyEval_SaveThread" not in body and "PyGILState" not in body, name
+
+
+def test_a_second_interpreter_is_refused_and_the_first_goes_on():
+    # The core's types and state are per process: a subinterpreter's import
+    # is refused with a message, and the main interpreter's Values still work.
+    import pygrad as main
+    try:
+        import _xxsubinterpreters as interpreters        # CPython 3.9 to 3.12
+    except ImportError:
+        interpreters = pytest.importorskip("_interpreters")     # 3.13
+    sub = interpreters.create()
+    try:
+        try:        # (3.13 returns the exception's description; older ones raise it)
+            message = str(interpreters.run_string(sub, "import pygrad"))
+        except Exception as e:
+            message = str(e)
+    finally:
+        interpreters.destroy(sub)
+    # pygrad's refusal, or (an isolated interpreter, 3.12+) CPython's own
+    # for a module of single-phase init
+    assert "ImportError" in message and ("one interpreter per process" in message
+                                         or "subinterpreter" in message), message
+    a = main.Value(2.0)
+    (a * a).backward()
+    assert a.grad == 4.0
+
+
+@pytest.mark.parametrize("what", ["pypy", "no_gil"])
+def test_interpreters_pygrad_cannot_run_on_are_refused_at_import(monkeypatch, what):
+    import types
+    import pygrad.engine as engine
+    if what == "pypy":
+        monkeypatch.setattr(sys, "implementation", types.SimpleNamespace(name="pypy"))
+        match = "CPython only"
+    else:
+        monkeypatch.setattr(sys, "_is_gil_enabled", lambda: False, raising=False)
+        match = "needs the GIL"
+    with pytest.raises(ImportError, match=match):
+        engine._bind()
