@@ -13,6 +13,9 @@
  * (pg_backward returns 1; pg_backward_resume goes on).  If a closure
  * fails, pg_sweep_restore puts every saved grad back.
  */
+#if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L     /* nanosleep (lock.h) */
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include "lock.h"
