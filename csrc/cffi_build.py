@@ -91,6 +91,7 @@ double pg_exponent_v(uintptr_t value);
 int pg_variant_v(uintptr_t value);
 uint32_t pg_nkids_v(uintptr_t value);
 uintptr_t pg_kid_addr(uintptr_t value, uint32_t i);
+int pg_operands_are_kids(uintptr_t value);
 int32_t pg_set_py_backward_v(uintptr_t value);
 int32_t pg_node_backward_v(uintptr_t value);
 int64_t pg_live_nodes(void);

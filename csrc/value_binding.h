@@ -750,6 +750,18 @@ static uintptr_t pg_kid_addr(uintptr_t value, uint32_t i) {
     return n != NULL ? (uintptr_t)pg_kid(n, i) : 0;
 }
 
+/* _prev's common case, in one call: 1 if the node's one child is operand
+ * a's node (b is a too), 2 if its two children are a's and b's; else 0
+ * (Python then reads the children one by one). */
+static int pg_operands_are_kids(uintptr_t value) {
+    pg_valueobj *v = as_value((PyObject *)value);
+    if (v == NULL || v->node == NULL) return 0;
+    uint32_t n = pg_nkids(v->node);
+    if (n == 0 || n > 2 || value_node(v->a) != pg_kid(v->node, 0)) return 0;
+    if (n == 1) return v->b == v->a ? 1 : 0;
+    return value_node(v->b) == pg_kid(v->node, 1) ? 2 : 0;
+}
+
 static int32_t pg_set_py_backward_v(uintptr_t value) {
     pg_node *n = value_node((PyObject *)value);
     if (n == NULL) return PG_E_ARG;

@@ -62,6 +62,11 @@ def _bind() -> "tuple[type, type, type]":
 
 
 _ValueCore, _Node, _NodeList = _bind()
+# The C base's own fields, read past anything a subclass names the same
+_get_a = _ValueCore.__dict__["_pg_a"].__get__
+_get_b = _ValueCore.__dict__["_pg_b"].__get__
+_get_kids = _ValueCore.__dict__["_pg_kids"].__get__
+_set_kids = _ValueCore.__dict__["_pg_kids"].__set__
 
 
 def settle() -> None:
@@ -282,6 +287,7 @@ _D_PY_BACKWARD = lib.PG_F_PY_BACKWARD << 8
 _describe = lib.pg_describe_v
 _CUSTOM = lib.PG_OP_CUSTOM
 _node_addr = lib.pg_node_addr
+_operands_are_kids = lib.pg_operands_are_kids
 _BINARY = frozenset(op.code for op in _ops.OPS if op.arity == 2)
 _OP_NAMES: Tuple[Optional[str], ...] = tuple(
     None if op.code in (lib.PG_OP_POWK, lib.PG_OP_LINEAR, lib.PG_OP_CUSTOM, lib.PG_OP_FUNCTION)
@@ -302,7 +308,7 @@ def _op_name(v: Any, op: int) -> str:
 def _operands(v: "Value") -> Iterator["Value"]:
     """The Values ``v`` holds as its operands (``_pg_a``, ``_pg_b``: a
     Value, None, or nested tuples of them)."""
-    stack = [v._pg_b, v._pg_a]
+    stack = [_get_b(v), _get_a(v)]
     while stack:
         x = stack.pop()
         if x is None or type(x) is dict:
@@ -320,7 +326,7 @@ def _kids_of(v: "Value") -> Set["Value"]:
     known = {}
     for x in _operands(v):
         known[_node_addr(id(x))] = x
-    table = v._pg_b
+    table = _get_b(v)
     if type(table) is not dict:
         table = None
     kids = set()
@@ -331,7 +337,7 @@ def _kids_of(v: "Value") -> Set["Value"]:
             kid = table.get(p)
         if kid is None:
             kid = _new(Value)
-            holds = v._pg_a if table is not None else None   # (a name holds it for the call)
+            holds = _get_a(v) if table is not None else None   # (a name holds it for the call)
             rc = lib.pg_view_v(id(kid), id(v), i, id(holds), id(table))
             if rc:
                 _fail(rc, "a child's Value")
@@ -437,24 +443,19 @@ class Value(_ValueBase):
         node made without one (a number's leaf, a fused layer's hidden
         node) a Value made on first read; the same set on every read.  The
         set can't be changed: the children are the C node's."""
-        kids = self._pg_kids      # None until the first read
+        kids = _get_kids(self)      # None until the first read
         if kids is not None:
             return kids
         # The common case first: an op's Value holds its operands (a unary
         # op's twice), in child order: those are its node's children.
-        a, b = self._pg_a, self._pg_b
-        n = lib.pg_nkids_v(id(self))
-        if isinstance(a, Value) and n and lib.pg_kid_addr(id(self), 0) == _node_addr(id(a)):
-            if n == 1 and b is a:
-                kids = _Children((a,))
-            elif (n == 2 and isinstance(b, Value)
-                  and lib.pg_kid_addr(id(self), 1) == _node_addr(id(b))):
-                kids = _Children((a, b))
-            else:
-                kids = _Children(_kids_of(self))
+        same = _operands_are_kids(id(self))
+        if same == 1:
+            kids = _Children((_get_a(self),))
+        elif same == 2:
+            kids = _Children((_get_a(self), _get_b(self)))
         else:
             kids = _Children(_kids_of(self))
-        self._pg_kids = kids       # children refer to no parent: no cycle
+        _set_kids(self, kids)       # children refer to no parent: no cycle
         return kids
 
     @_prev.setter
@@ -622,7 +623,7 @@ def _values_below(root: Value) -> "dict[int, Value]":
         seen.add(id(v))
         found.setdefault(_node_addr(id(v)), v)
         stack.extend(_operands(v))
-        kids = v._pg_kids       # Values _prev made for nodes without one
+        kids = _get_kids(v)       # Values _prev made for nodes without one
         if kids:
             stack.extend(kids)
     return found
