@@ -48,10 +48,16 @@ def check_install(directory: str) -> None:
             f"nothing and `pip install pygrad` is the other project.") from None
     try:
         from . import _core  # noqa: F401  (the compiled C core, built by pip install)
-    except ImportError:
-        pass
+    except ImportError as e:
+        failed = e
     else:
         return
+    if any(n.startswith("_core") and n.endswith((".so", ".pyd")) for n in os.listdir(directory)):
+        # built, but it did not load: say why (an isolated subinterpreter's
+        # refusal of a single-phase module, on CPython 3.12+, is the known case)
+        why = (": pygrad's C engine runs in one interpreter per process (use pygrad.reference "
+               "in subinterpreters)" if "subinterpreter" in str(failed) else "")
+        raise ImportError(f"pygrad's C core in {directory} did not load ({failed}){why}") from None
     checkout = os.path.dirname(directory)
     hint = "build it with `python -m pip install -e .` in the repository"
     if os.path.exists(os.path.join(checkout, "csrc", "cffi_build.py")):
