@@ -72,6 +72,13 @@ BINDING_CDEF = """
 int pg_binding_init(uintptr_t out, uintptr_t converter);
 int32_t pg_leaf_v(uintptr_t value, double data);
 int32_t pg_powk_v(uintptr_t made, int k_is_int);
+int pg_op_function(uintptr_t out, int op, int form, int fastcall);
+#define PG_FORM_VALUES 0
+#define PG_FORM_K 1
+#define PG_FORM_RK 2
+#define PG_FORM_UNARY 3
+#define PG_FORM_POWK_FLOAT 4
+#define PG_FORM_POWK_INT 5
 int32_t pg_custom_v(uintptr_t value, double data, uintptr_t kids);
 int32_t pg_nary_v(uintptr_t value, int op, int variant, uintptr_t values);
 int32_t pg_function_v(uintptr_t value, double data, uintptr_t values, const double *partials);
@@ -91,8 +98,10 @@ double pg_exponent_v(uintptr_t value);
 int pg_variant_v(uintptr_t value);
 uint32_t pg_nkids_v(uintptr_t value);
 uintptr_t pg_kid_addr(uintptr_t value, uint32_t i);
+int32_t pg_local_grads_v(uintptr_t value, double *out, uint32_t cap);
 int pg_operands_are_kids(uintptr_t value);
 int32_t pg_set_py_backward_v(uintptr_t value);
+int32_t pg_set_traced_v(uintptr_t value);
 int32_t pg_node_backward_v(uintptr_t value);
 int64_t pg_live_nodes(void);
 int pg_sweep_value(pg_sweep *s, uintptr_t out);

@@ -8,6 +8,7 @@
  * makes all its nodes and returns 0, or writes nothing and returns a
  * PG_E_*.
  */
+#include <stdlib.h>
 #include <string.h>
 #include "node.h"
 
@@ -21,9 +22,9 @@ static void make_fixed(pg_node *n, int op, pg_node *a, pg_node *b, double k, uin
     /* SUB and DIV keep micrograd's hidden grad in aux (ops.c); -0.0 + g is
      * g for every g, signed zeros included. */
     n->aux.k = op == PG_OP_SUB || op == PG_OP_DIV ? -0.0 : k;
-    n->flags = flags;
     n->c.kid[0] = a;
     n->c.kid[1] = pg_rules[op].arity == 2 ? b : NULL;
+    n->flags = flags | ((a->flags | (n->c.kid[1] != NULL ? b->flags : 0)) & PG_F_TRACED);
     pg_rules[op].forward(n);
 }
 
@@ -78,7 +79,9 @@ static void make_list(pg_node *out, int op, int variant, pg_node **kids, uint32_
     out->data = data;
     out->c.list.n = n;
     out->aux.kids = kids;
-    out->flags = flags;
+    uint8_t traced = 0;
+    for (uint32_t i = 0; i < n; i++) traced |= kids[i]->flags;
+    out->flags = flags | (traced & PG_F_TRACED);
 }
 
 /* Over children, its gradient is its Value's closure from the start
@@ -208,6 +211,7 @@ void pg_zero_hidden(pg_node *n) {
     if (n->op == PG_OP_SUB || n->op == PG_OP_DIV) n->aux.k = -0.0;
 }
 void pg_set_py_backward(pg_node *n) { n->flags |= PG_F_PY_BACKWARD; }
+void pg_set_traced(pg_node *n) { n->flags |= PG_F_TRACED; }
 void *pg_py_handle(const pg_node *n) { return n->op == PG_OP_CUSTOM ? n->c.list.py : NULL; }
 
 uint32_t pg_nkids(const pg_node *n) {
@@ -218,6 +222,47 @@ uint32_t pg_nkids(const pg_node *n) {
 pg_node *pg_kid(const pg_node *n, uint32_t i) {
     pg_node *const *kids;
     return i < pg_children((pg_node *)n, &kids) ? kids[i] : NULL;
+}
+
+/* The rule itself, run on copies: n's with grad 1 and its children's with
+ * grad 0, so each number is the one backward() would use.  A FUNCTION
+ * node's partials are read as given (its rule reads them after the child
+ * list, which the copies don't have). */
+int32_t pg_local_grads(const pg_node *n, double *out, uint32_t cap) {
+    pg_node *const *kids;
+    uint32_t nk = pg_children((pg_node *)n, &kids);
+    if (n->op == PG_OP_CUSTOM) return PG_E_ARG;
+    if (n->op == PG_OP_FUNCTION) {
+        const double *d = pg_function_partials((pg_node **)kids, nk);
+        for (uint32_t i = 0; i < nk && i < cap; i++) out[i] = d[i];
+        return (int32_t)nk;
+    }
+    if (nk == 0) return 0;
+    pg_node *copies = pg_malloc((size_t)nk * sizeof *copies);
+    pg_node **ptrs = pg_malloc((size_t)nk * sizeof *ptrs);
+    if (copies == NULL || ptrs == NULL) {
+        free(copies);
+        free(ptrs);
+        return PG_E_NOMEM;
+    }
+    pg_node m = *n;
+    m.grad = 1.0;
+    pg_zero_hidden(&m);          /* SUB/DIV: as on a first backward */
+    for (uint32_t i = 0; i < nk; i++) {
+        copies[i] = *kids[i];
+        copies[i].grad = 0.0;
+        ptrs[i] = copies + i;
+    }
+    if (pg_rules[n->op].arity >= 0) {
+        for (uint32_t i = 0; i < nk; i++) m.c.kid[i] = ptrs[i];
+    } else {
+        m.aux.kids = ptrs;
+    }
+    pg_rules[n->op].backward(&m);
+    for (uint32_t i = 0; i < nk && i < cap; i++) out[i] = copies[i].grad;
+    free(copies);
+    free(ptrs);
+    return (int32_t)nk;
 }
 
 uint32_t pg_node_size(void) { return (uint32_t)sizeof(pg_node); }

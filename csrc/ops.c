@@ -321,17 +321,32 @@ static void backward_SUM(pg_node *n) {
 #undef NODE_ADD
 }
 
-/* log(sum(exp(x - m))) + m with m the largest x (0 if it is infinite, as in
- * PyTorch), so no exp overflows.  m is a constant: its gradient cancels.
- * The shift and the sum are written once, for any way of reading input j
- * (of count) of row i: a node's children (row 0), or a program's rows. */
-#define LSE_RULES(prefix, src_t, count, X, G)                               \
-    static double prefix##_shift(src_t src, size_t i) {                     \
+/* The largest input, as Python's max() picks it (a later one only if
+ * greater), for any way of reading input j (of count) of row i. */
+#define MAX_RULES(prefix, src_t, count, X)                                  \
+    static double prefix##_largest(src_t src, size_t i) {                   \
         double m = X(src, 0, i);                                            \
         for (uint32_t j = 1; j < (count); j++) {                            \
             double x = X(src, j, i);                                        \
             if (x > m) m = x;                                               \
         }                                                                   \
+        return m;                                                           \
+    }
+MAX_RULES(max, const pg_node *, src->c.list.n, NODE_INPUT)
+/* pygrad.detached_max: the largest child's value as a constant, through
+ * which no gradient flows: a traced `max(v.data for v in logits)`, the
+ * shift of microgpt's softmax, which a replayed program recomputes. */
+static void forward_MAX(pg_node *n) { n->data = max_largest(n, 0); }
+#define backward_MAX backward_NONE
+
+/* log(sum(exp(x - m))) + m with m the largest x (0 if it is infinite, as in
+ * PyTorch), so no exp overflows.  m is a constant: its gradient cancels.
+ * The shift and the sum are written once, for any way of reading input j
+ * (of count) of row i: a node's children (row 0), or a program's rows;
+ * LARGEST is MAX_RULES's for the same reading. */
+#define LSE_RULES(prefix, src_t, count, X, G, LARGEST)                      \
+    static double prefix##_shift(src_t src, size_t i) {                     \
+        double m = LARGEST(src, i);                                         \
         return isinf(m) ? 0.0 : m;                                          \
     }                                                                       \
     static double prefix##_total(src_t src, size_t i, double m) {           \
@@ -350,7 +365,7 @@ static void backward_SUM(pg_node *n) {
         for (uint32_t j = (count); j-- > 0;) G(src, j, i) += exp(X(src, j, i) - m) * q; \
     }
 #define NODE_GRAD(n, j, i) (*((void)(i), &((n)->aux.kids[j])->grad))
-LSE_RULES(lse, const pg_node *, src->c.list.n, NODE_INPUT, NODE_GRAD)
+LSE_RULES(lse, const pg_node *, src->c.list.n, NODE_INPUT, NODE_GRAD, max_largest)
 static void forward_LOGSUMEXP(pg_node *n) { n->data = lse_value(n, 0); }
 static void backward_LOGSUMEXP(pg_node *n) { lse_grads(n, 0, n->grad); }
 
@@ -533,8 +548,13 @@ static void rows_backward_SUM(const pg_rows *r) {
 #undef ROWS_ADD
 }
 
+MAX_RULES(rows_max, const pg_rows *, src->nk, XR)
+static void rows_forward_MAX(const pg_rows *r) {
+    for (size_t i = 0; i < r->n; i++) r->y[i] = rows_max_largest(r, i);
+}
+
 /* One row at a time: the shift m is per row. */
-LSE_RULES(rows_lse, const pg_rows *, src->nk, XR, GR)
+LSE_RULES(rows_lse, const pg_rows *, src->nk, XR, GR, rows_max_largest)
 static void rows_forward_LOGSUMEXP(const pg_rows *r) {
     for (size_t i = 0; i < r->n; i++) r->y[i] = rows_lse_value(r, i);
 }
@@ -566,6 +586,7 @@ static void rows_NONE(const pg_rows *r) { (void)r; }
 #define rows_backward_CUSTOM rows_NONE
 #define rows_forward_FUNCTION rows_NONE
 #define rows_backward_FUNCTION rows_NONE
+#define rows_backward_MAX rows_NONE
 
 #define PG_OP(code, name, arity, methods, act, doc) \
     [PG_OP_##code] = {name, arity, forward_##code, backward_##code},
@@ -616,6 +637,7 @@ static inline void step_backward_POW(const pg_step *p, const double *d, double *
 ROW_STEPS(LINEAR)
 ROW_STEPS(SUM)
 ROW_STEPS(LOGSUMEXP)
+ROW_STEPS(MAX)
 /* Leaves and Python's nodes are never steps (replay.c). */
 ROW_STEPS(LEAF)
 ROW_STEPS(CUSTOM)
@@ -684,7 +706,7 @@ void pg_steps_forward(const pg_steps *ps, double *d) {
 #undef PG_OP
             }
         }
-        node[i]->data = d[p->s];
+        if (node != NULL) node[i]->data = d[p->s];
     }
 }
 
@@ -696,7 +718,7 @@ void pg_steps_backward(const pg_steps *ps, const double *d, double *g) {
         const pg_step *p = &step[i];
         if (ps->fetch_ahead && i >= PG_FETCH_AHEAD) fetch_operands(&step[i - PG_FETCH_AHEAD], g);
         double gs = g[p->s];
-        node[i]->grad = gs;
+        if (node != NULL) node[i]->grad = gs;
         if (p->fast != PG_FAST_NONE) {
             fast_backward(p, d, g, gs);
         } else {

@@ -54,7 +54,7 @@ int pg_step_fast_kind(int op);
 typedef struct pg_steps {
     size_t n;
     const pg_step *step;      /* in topological order */
-    pg_node *const *node;     /* each step's node, written back */
+    pg_node *const *node;     /* each step's node, written back; NULL: none */
     const pg_rows *rows;      /* the n-ary steps' arguments */
     int fetch_ahead;          /* operands often far away: prefetch them */
 } pg_steps;

@@ -77,9 +77,13 @@ typedef struct pg_node {
 #define PG_LINEAR_BIAS 4
 
 /* Node flags visible to Python.  PY_BACKWARD: the node's gradient is a
- * Python closure (a custom op, or a _backward set on a node later). */
+ * Python closure (a custom op, or a _backward set on a node later).
+ * TRACED: the node is, or depends on, an input of a program being traced
+ * (pygrad/token_programs.py): a node made over a TRACED child is TRACED,
+ * and its number, which changes with every run, can't be read. */
 #define PG_F_INT_EXPONENT 1
 #define PG_F_PY_BACKWARD 2
+#define PG_F_TRACED 4
 
 /* Creators: each writes its new node(s) into `out` (the caller's memory:
  * one pg_node, or as many as it says) and returns 0, or PG_E_ARG (a NULL
@@ -153,6 +157,12 @@ uint32_t pg_nkids(const pg_node *n);
 pg_node *pg_kid(const pg_node *n, uint32_t i);
 /* A custom node's Python handle (pg_custom's py), else NULL. */
 void *pg_py_handle(const pg_node *n);
+/* n's local gradients (microgpt's _local_grads): out[i] is what n's rule
+ * adds to child i's grad per unit of n's grad, in child order.  The count
+ * of children, or PG_E_ARG for a node whose rule is Python's (a custom
+ * op); nothing is written past out[cap), nothing of n or its children
+ * changes. */
+int32_t pg_local_grads(const pg_node *n, double *out, uint32_t cap);
 /* Test hook: a `-` or `/` node's hidden grad (ops.c) back to what a new
  * node has; nothing for other ops. */
 void pg_zero_hidden(pg_node *n);
@@ -173,6 +183,8 @@ const pg_op_desc *pg_op_info(int op);
 /* Node n's backward is a Python closure from now on (a _backward set on a
  * node C made). */
 void pg_set_py_backward(pg_node *n);
+/* Mark leaf n TRACED (a traced program's input). */
+void pg_set_traced(pg_node *n);
 
 /* Backward from root.  The walk orders every node below the root (an
  * iterative depth-first walk, parents before children).  With no Python
@@ -218,6 +230,11 @@ int32_t pg_compile(pg_node *root, pg_program *p, pg_node **bad_node);
 double pg_program_forward(pg_program *p);
 void pg_program_backward(pg_program *p);
 uint32_t pg_program_size(const pg_program *p);
+/* Whether forward and backward write each interior node's data and grad
+ * back into it (on, the default: its Values show the replayed numbers).
+ * Off, only the leaves' grads are written, for a program whose interior
+ * nodes no Value shows (pygrad/token_programs.py). */
+void pg_program_write_back(pg_program *p, int on);
 void pg_program_clear(pg_program *p);
 
 /* Batched replay (Program.map; csrc/batch.c): the graph below the outputs,

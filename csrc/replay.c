@@ -232,6 +232,11 @@ void pg_program_backward(pg_program *p) {
 
 uint32_t pg_program_size(const pg_program *p) { return (uint32_t)p->n; }
 
+void pg_program_write_back(pg_program *p, int on) {
+    flat *f = p != NULL ? p->impl : NULL;
+    if (f != NULL) f->run.node = on ? f->step_node : NULL;
+}
+
 void pg_program_clear(pg_program *p) {
     if (p == NULL) return;
     flat_free(p->impl);

@@ -190,6 +190,16 @@ static PyObject *no_node(void) {
 static PyObject *get_number(PyObject *self, void *which) {
     pg_node *n = ((pg_valueobj *)self)->node;
     if (n == NULL) return no_node();
+    if (n->flags & PG_F_TRACED) {
+        /* (a traced program's input, or made from one: pg_set_traced) */
+        PyErr_Format(PyExc_ValueError,
+                     "v.%s was read from a Value that depends on a traced program's input "
+                     "(pygrad.per_length): the number changes with every run, and a float "
+                     "read now would be baked into all of them.  Keep it in the graph instead "
+                     "(for a softmax's max(v.data for v in xs) shift: "
+                     "pygrad.detached_max(xs))", which != NULL ? "grad" : "data");
+        return NULL;
+    }
     return PyFloat_FromDouble(which != NULL ? n->grad : n->data);
 }
 
@@ -393,13 +403,9 @@ static int number_of(PyObject *k, double *d) {
     return 1;
 }
 
-/* made = (out, a, b): out = a op b (binary, Values), or (out, a) for a
- * unary op (its Value holds a twice, as _prev reads it). */
-static int32_t op_values(uintptr_t made, int op, int arity) {
-    PyObject *t = (PyObject *)made;
-    if (!PyTuple_Check(t) || PyTuple_Size(t) != arity + 1) return PG_E_ARG;
-    PyObject *out = PyTuple_GetItem(t, 0), *a = PyTuple_GetItem(t, 1);
-    PyObject *b = arity == 2 ? PyTuple_GetItem(t, 2) : a;
+/* out = a op b (binary, Values), or op a (unary: its Value holds a twice,
+ * as _prev reads it; b is a). */
+static int32_t make_op(PyObject *out, int op, int arity, PyObject *a, PyObject *b) {
     pg_node *na = value_node(a), *nb = value_node(b);
     if (na == NULL || nb == NULL || !fresh(out)) return PG_E_ARG;
     pg_nodeobj *x = new_nodeobj(1, (uint32_t)arity, 0);
@@ -414,16 +420,13 @@ static int32_t op_values(uintptr_t made, int op, int arity) {
     return give(out, x, obj_nodes(x), a, b);
 }
 
-/* made = (out, a, k): a op k (k_first 0) or k op a (1), k a number: the
- * node object holds the number's leaf too, micrograd's Value(k). */
-static int32_t op_number(uintptr_t made, int op, int k_first) {
-    PyObject *t = (PyObject *)made;
-    if (!PyTuple_Check(t) || PyTuple_Size(t) != 3) return PG_E_ARG;
-    PyObject *out = PyTuple_GetItem(t, 0), *a = PyTuple_GetItem(t, 1);
+/* out = a op k (k_first 0) or k op a (1), k a number: the node object
+ * holds the number's leaf too, micrograd's Value(k). */
+static int32_t make_op_number(PyObject *out, int op, int k_first, PyObject *a, PyObject *kobj) {
     pg_node *na = value_node(a);
     double k;
     if (na == NULL || !fresh(out)) return PG_E_ARG;
-    if (!number_of(PyTuple_GetItem(t, 2), &k)) return PG_E_NUMBER;
+    if (!number_of(kobj, &k)) return PG_E_NUMBER;
     pg_nodeobj *x = new_nodeobj(2, 1, 0);
     if (x == NULL) return PG_E_NOMEM;
     hold(x, 0, a);
@@ -435,21 +438,129 @@ static int32_t op_number(uintptr_t made, int op, int k_first) {
     return give(out, x, obj_nodes(x), a, NULL);
 }
 
-/* made = (out, a, k): a ** k for a number k (its Value holds a twice: one
- * child, as for a unary op). */
-static int32_t pg_powk_v(uintptr_t made, int k_is_int) {
-    PyObject *t = (PyObject *)made;
-    if (!PyTuple_Check(t) || PyTuple_Size(t) != 3) return PG_E_ARG;
-    PyObject *out = PyTuple_GetItem(t, 0), *a = PyTuple_GetItem(t, 1);
+/* out = a ** k for a number k (its Value holds a twice: one child, as for
+ * a unary op). */
+static int32_t make_powk(PyObject *out, int k_is_int, PyObject *a, PyObject *kobj) {
     pg_node *na = value_node(a);
     double k;
     if (na == NULL || !fresh(out)) return PG_E_ARG;
-    if (!number_of(PyTuple_GetItem(t, 2), &k)) return PG_E_NUMBER;
+    if (!number_of(kobj, &k)) return PG_E_NUMBER;
     pg_nodeobj *x = new_nodeobj(1, 1, 0);
     if (x == NULL) return PG_E_NOMEM;
     hold(x, 0, a);
     pg_powk(obj_nodes(x), na, k, k_is_int);
     return give(out, x, obj_nodes(x), a, a);
+}
+
+/* The id() entry points: made = (out, a, b), (out, a) or (out, a, k). */
+static int unpack_made(uintptr_t made, Py_ssize_t n, PyObject **items) {
+    PyObject *t = (PyObject *)made;
+    if (!PyTuple_Check(t) || PyTuple_Size(t) != n) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) items[i] = PyTuple_GetItem(t, i);
+    return 1;
+}
+static int32_t op_values(uintptr_t made, int op, int arity) {
+    PyObject *m[3];
+    if (!unpack_made(made, arity + 1, m)) return PG_E_ARG;
+    return make_op(m[0], op, arity, m[1], arity == 2 ? m[2] : m[1]);
+}
+static int32_t op_number(uintptr_t made, int op, int k_first) {
+    PyObject *m[3];
+    return unpack_made(made, 3, m) ? make_op_number(m[0], op, k_first, m[1], m[2]) : PG_E_ARG;
+}
+static int32_t pg_powk_v(uintptr_t made, int k_is_int) {
+    PyObject *m[3];
+    return unpack_made(made, 3, m) ? make_powk(m[0], k_is_int, m[1], m[2]) : PG_E_ARG;
+}
+
+/*
+ * The op functions: builtins that Value's operator methods call as
+ * make(cls, a, b) (or make(cls, a) for a unary op) and that return the new
+ * Value of class cls, made here: one call per op, with no id(), tuple or
+ * object.__new__ in Python.  Each is one PyCFunction whose self is an int,
+ * op * OP_FORMS + form.  They return None for a number operand that does
+ * not convert to a double (an int too large: Python's slower path says
+ * why), and raise for an operand without a node or no memory.
+ */
+#define PG_FORM_VALUES 0     /* make(cls, a, b): a op b, Values */
+#define PG_FORM_K 1          /* make(cls, a, k): a op k, k a number */
+#define PG_FORM_RK 2         /* make(cls, a, k): k op a */
+#define PG_FORM_UNARY 3      /* make(cls, a): op a */
+#define PG_FORM_POWK_FLOAT 4 /* make(cls, a, k): a ** k, k a float */
+#define PG_FORM_POWK_INT 5   /* make(cls, a, k): a ** k, k an int */
+#define OP_FORMS 6
+
+static PyObject *op_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long code = PyLong_AsLong(self);
+    int op = (int)(code / OP_FORMS), form = (int)(code % OP_FORMS);
+    if (nargs != (form == PG_FORM_UNARY ? 2 : 3)) {
+        PyErr_SetString(PyExc_TypeError, "pygrad: an op function takes (cls, a) or (cls, a, b)");
+        return NULL;
+    }
+    PyObject *cls = args[0];
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, value_type)) {
+        PyErr_SetString(PyExc_TypeError, "pygrad: an op's result class must be a Value class");
+        return NULL;
+    }
+    PyObject *out = PyType_GenericAlloc((PyTypeObject *)cls, 0);
+    if (out == NULL) return NULL;
+    int32_t rc;
+    switch (form) {
+    case PG_FORM_VALUES: rc = make_op(out, op, 2, args[1], args[2]); break;
+    case PG_FORM_K: rc = make_op_number(out, op, 0, args[1], args[2]); break;
+    case PG_FORM_RK: rc = make_op_number(out, op, 1, args[1], args[2]); break;
+    case PG_FORM_UNARY: rc = make_op(out, op, 1, args[1], args[1]); break;
+    default: rc = make_powk(out, form == PG_FORM_POWK_INT, args[1], args[2]); break;
+    }
+    if (rc == 0) return out;
+    Py_DECREF(out);
+    if (rc == PG_E_NUMBER) {
+        Py_INCREF(Py_None);
+        return Py_None;
+    }
+    if (rc == PG_E_NOMEM) return PyErr_NoMemory();
+    PyErr_SetString(PyExc_TypeError,
+                    "pygrad: an operand has no node (a Value whose __init__ never ran): make "
+                    "Values with Value(data), or from other Values' operators");
+    return NULL;
+}
+
+/* Python 3.9's stable ABI has no METH_FASTCALL (3.10's has): there the
+ * arguments come as a tuple. */
+static PyObject *op_call_tuple(PyObject *self, PyObject *args) {
+    PyObject *items[3] = {NULL, NULL, NULL};
+    Py_ssize_t n = PyTuple_Size(args);
+    if (n < 0 || n > 3) n = 0;
+    for (Py_ssize_t i = 0; i < n; i++) items[i] = PyTuple_GetItem(args, i);
+    return op_call(self, items, n);
+}
+
+#ifndef METH_FASTCALL
+#define METH_FASTCALL 0x0080     /* its stable value (stable ABI from 3.10) */
+#endif
+static PyMethodDef op_call_def = {"pygrad_op", (PyCFunction)(void (*)(void))op_call,
+                                  METH_FASTCALL, "Make an op's Value (pygrad/engine.py)."};
+static PyMethodDef op_call_tuple_def = {"pygrad_op", (PyCFunction)op_call_tuple, METH_VARARGS,
+                                        "Make an op's Value (pygrad/engine.py)."};
+
+/* Append to list out the op function of (op, form) (fastcall: the
+ * interpreter has METH_FASTCALL in its stable ABI, 3.10+).  0, or -1. */
+static int pg_op_function(uintptr_t out, int op, int form, int fastcall) {
+    PyObject *list = (PyObject *)out;
+    if (!PyList_Check(list) || op < 0 || op >= PG_OP_COUNT || form < 0 || form >= OP_FORMS)
+        return -1;
+    PyObject *code = PyLong_FromLong((long)op * OP_FORMS + form);
+    PyObject *f = code != NULL ? PyCFunction_NewEx(fastcall ? &op_call_def : &op_call_tuple_def,
+                                                   code, NULL)
+                               : NULL;
+    Py_XDECREF(code);
+    if (f == NULL || PyList_Append(list, f)) {
+        PyErr_Clear();
+        Py_XDECREF(f);
+        return -1;
+    }
+    Py_DECREF(f);
+    return 0;
 }
 
 /* Value(x): a leaf. */
@@ -750,6 +861,12 @@ static uintptr_t pg_kid_addr(uintptr_t value, uint32_t i) {
     return n != NULL ? (uintptr_t)pg_kid(n, i) : 0;
 }
 
+/* Value v's local gradients (pg_local_grads), or PG_E_ARG for no node. */
+static int32_t pg_local_grads_v(uintptr_t value, double *out, uint32_t cap) {
+    pg_node *n = value_node((PyObject *)value);
+    return n != NULL ? pg_local_grads(n, out, cap) : PG_E_ARG;
+}
+
 /* _prev's common case, in one call: 1 if the node's one child is operand
  * a's node (b is a too), 2 if its two children are a's and b's; else 0
  * (Python then reads the children one by one). */
@@ -760,6 +877,14 @@ static int pg_operands_are_kids(uintptr_t value) {
     if (n == 0 || n > 2 || value_node(v->a) != pg_kid(v->node, 0)) return 0;
     if (n == 1) return v->b == v->a ? 1 : 0;
     return value_node(v->b) == pg_kid(v->node, 1) ? 2 : 0;
+}
+
+/* Mark leaf Value v a traced program's input (PG_F_TRACED). */
+static int32_t pg_set_traced_v(uintptr_t value) {
+    pg_node *n = value_node((PyObject *)value);
+    if (n == NULL || n->op != PG_OP_LEAF) return PG_E_ARG;
+    pg_set_traced(n);
+    return 0;
 }
 
 static int32_t pg_set_py_backward_v(uintptr_t value) {

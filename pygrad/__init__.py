@@ -14,8 +14,9 @@ from . import reference
 from ._version import __version__
 from .engine import Value
 from .function import Context, Function
-from .functional import dot, logsumexp, sum
+from .functional import detached_max, dot, logsumexp, sum
 from .gradcheck import GradcheckResult, gradcheck
+from .token_programs import PerLength, Token, embed, per_length, pick
 from .replay import Inputs, Program, compile
 
 _SUBMODULES = ("nn", "optim", "losses", "data", "viz")
@@ -35,5 +36,6 @@ def __getattr__(name: str) -> object:
 
 # ``sum`` and ``compile`` stay out of ``__all__``: ``from pygrad import *`` must
 # not shadow the builtins.  Import them by name (``from pygrad import sum``).
-__all__ = ["Value", "dot", "logsumexp", "Function", "Context", "gradcheck",
-           "GradcheckResult", "Program", "Inputs", "reference", "__version__"]
+__all__ = ["Value", "dot", "logsumexp", "detached_max", "Function", "Context", "gradcheck",
+           "GradcheckResult", "Program", "Inputs", "per_length", "PerLength", "Token", "embed",
+           "pick", "reference", "__version__"]

@@ -140,3 +140,25 @@ def is_value(x: Any) -> bool:
         return hasattr(t, "grad")
     d = getattr(x, "__dict__", None)
     return isinstance(d, dict) and "_prev" in d and "grad" in d
+
+
+def local_grad_numbers(local_grads: Any, children: tuple) -> "list[float]":
+    """microgpt's local gradients as floats, one per child, or a TypeError
+    or ValueError that says what was wrong."""
+    try:
+        grads = list(local_grads)
+    except TypeError:
+        raise TypeError(
+            f"Value's third argument is micrograd's op name (a str) or microgpt's local "
+            f"gradients (one number per child), not {type(local_grads).__name__}") from None
+    if len(grads) != len(children):
+        raise ValueError(f"Value got {len(grads)} local gradient(s) for {len(children)} "
+                         f"child(ren): give one number per child, in the children's order")
+    out = []
+    for g in grads:
+        x = real_or_none(g)
+        if x is None:
+            raise TypeError(f"a local gradient must be a real number, not "
+                            f"{type(g).__name__} ({g!r})")
+        out.append(x)
+    return out

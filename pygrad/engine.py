@@ -18,20 +18,21 @@ the class attribute ``_pygrad_result_class`` (``_result_class`` reads it).
 import functools
 import numbers
 import sys
-from typing import Any, Callable, Iterable, Iterator, Optional, Set, Tuple
+from typing import Any, Callable, Iterable, Iterator, Optional, Set, Tuple, Union
 
 from . import _ops
 from ._core import ffi, lib
 from ._copies import new_leaf
+from ._edges import ChildrenInOrder, LocalGrads, make_local_grads_node
 from ._lifetime import Packed, check as _check
-from ._numbers import real_or_none, value_data
+from ._numbers import local_grad_numbers, real_or_none, value_data
 
 __all__ = ["Value", "settle"]
 
 _new = object.__new__
 _alloc = ffi.new
 _NULL = ffi.NULL
-_pg_leaf_v, _powk_v = lib.pg_leaf_v, lib.pg_powk_v
+_pg_leaf_v = lib.pg_leaf_v
 _E_NUMBER, _E_ARG, _E_BUSY = lib.PG_E_NUMBER, lib.PG_E_ARG, lib.PG_E_BUSY
 
 
@@ -188,17 +189,29 @@ def _mixed_message(other: Any) -> str:
 
 # -- the operator methods, made from the op table -------------------------------
 
+def _op_function(op: int, form: int) -> Callable[..., Any]:
+    """The C function that makes ``op``'s Value in one call (its forms:
+    csrc/value_binding.h, "The op functions")."""
+    out: list = []
+    if lib.pg_op_function(id(out), op, form, _FASTCALL):
+        raise MemoryError("pygrad: out of memory making the op functions")
+    return out[0]
+
+
+# METH_FASTCALL is in CPython's stable ABI from 3.10; 3.9 passes a tuple.
+_FASTCALL = int(sys.version_info >= (3, 10))
+
+
 def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Value"]:
     """The dunder of a unary op, or of a binary op with the Value on the
     left (or, ``swapped``, on the right of a number: ``2 - v``).
 
-    Every form takes the same steps: the new Value (``object.__new__``),
-    then one C call that makes its node object and fills its C base.
-    With a number, micrograd wraps it in a leaf Value: the node object
-    has room for that leaf, and the one call makes both."""
-    code = op.key.upper()
+    Every form is one call of a C op function, ``make(cls, a, b)``, which
+    makes the new Value of the result class, its node object and the node.
+    With a number, micrograd wraps it in a leaf Value: the node object has
+    room for that leaf, and the one call makes both."""
     if op.arity == 1:
-        make1 = getattr(lib, "pg_unary_" + code + "_v")
+        make1 = _op_function(op.code, lib.PG_FORM_UNARY)
 
         def unary(self: "Value") -> "Value":
             cls = type(self)
@@ -207,18 +220,13 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
                     cls = _RESULT_CLASS[cls]
                 except KeyError:
                     cls = _result_class(cls)
-            out = _new(cls)
-            made = (out, self)       # held by a name for the call (id() alone would not)
-            rc = make1(id(made))
-            if rc:
-                _op_failed(rc)
-            return out
+            return make1(cls, self)
 
         unary.__doc__ = doc
         return unary
 
-    name, name_k = "pg_binary_" + code, ("pg_binary_rk_" if swapped else "pg_binary_k_") + code
-    make, make_k = getattr(lib, name + "_v"), getattr(lib, name_k + "_v")
+    make = _op_function(op.code, lib.PG_FORM_VALUES)
+    make_k = _op_function(op.code, lib.PG_FORM_RK if swapped else lib.PG_FORM_K)
 
     def binary(self: "Value", other: Any) -> "Value":
         cls = type(self)
@@ -227,7 +235,6 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
                 cls = _RESULT_CLASS[cls]
             except KeyError:
                 cls = _result_class(cls)
-        out = _new(cls)
         t = type(other)
         # (a subclass met before as an operand's class is in _RESULT_CLASS:
         # a dict lookup is cheaper than isinstance)
@@ -235,33 +242,24 @@ def _operator(op: _ops.Op, doc: str, swapped: bool = False) -> Callable[..., "Va
                                                 and isinstance(other, Value)):
             # the node's children in the op's order: other first when swapped
             # (`w.__rsub__(v)` is v - w)
-            made = (out, other, self) if swapped else (out, self, other)
-            rc = make(id(made))
-        elif t is float or t is int:
-            made = (out, self, other)
-            rc = make_k(id(made))
-            if rc == _E_NUMBER:       # an int too large for a double
-                return _odd_operand(self, out, other, make_k)
-        else:
-            return _odd_operand(self, out, other, make_k)
-        if rc:
-            _op_failed(rc)
-        return out
+            return make(cls, other, self) if swapped else make(cls, self, other)
+        if t is float or t is int:
+            out = make_k(cls, self, other)
+            if out is not None:
+                return out               # (None: an int too large for a double)
+        return _odd_operand(cls, self, other, make_k)
 
     binary.__doc__ = doc
     return binary
 
 
-def _odd_operand(self: "Value", out: "Value", other: Any, make_k: Callable[..., int]) -> "Value":
+def _odd_operand(cls: type, self: "Value", other: Any, make_k: Callable[..., Any]) -> "Value":
     """The less common number operands of a binary dunder: a huge int, bool,
     Fraction, numpy scalar, or no number at all."""
     k = real_or_none(other)
     if k is None:
         return _not_a_number(other)
-    made = (out, self, k)
-    rc = make_k(id(made))
-    if rc:
-        _op_failed(rc)
+    out: Value = make_k(cls, self, k)
     return out
 
 
@@ -381,9 +379,10 @@ else:
 class Value(_ValueBase):
     """A scalar in a computation graph, with its gradient.
 
-    ``Value(data, _children=(), _op='', label='')`` as in micrograd.  Data
-    and grad are stored as C doubles; any other attribute can be set, as on
-    micrograd's Value.  An op's result has the class of the operand whose
+    ``Value(data, _children=(), _op='', label='')`` as in micrograd, or
+    ``Value(data, children, local_grads)`` as in microgpt (pygrad/_edges.py).
+    Data and grad are stored as C doubles; any other attribute can be set,
+    as on micrograd's Value.  An op's result has the class of the operand whose
     method runs, when that class keeps Value's ``__init__`` (module doc).
     """
 
@@ -399,8 +398,8 @@ class Value(_ValueBase):
     #: micrograd lecture's Value keeps it), "" until then.
     label: str = ""
 
-    def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
-                 label: str = "") -> None:
+    def __init__(self, data: Any, _children: Iterable["Value"] = (),
+                 _op: "Union[str, Iterable[float]]" = "", label: str = "") -> None:
         if not _children and _op == "":      # a leaf: the common case
             if type(data) is not float:
                 data = _leaf_number(data)
@@ -417,8 +416,18 @@ class Value(_ValueBase):
                 raise TypeError(f"Value _children must be pygrad.Values (C engine), not "
                                 f"{type(c).__module__}.{type(c).__qualname__}"
                                 + (": " + _mixed_message(c) if hasattr(c, "_prev") else ""))
-        if not isinstance(_op, str) or not isinstance(label, str):
-            raise TypeError("Value _op and label must be str")
+        if not isinstance(label, str):
+            raise TypeError(f"Value label must be a str, not {type(label).__name__}")
+        if not isinstance(_op, str):
+            # microgpt's Value(data, children, local_grads) (pygrad/_edges.py)
+            grads = local_grad_numbers(_op, kids)
+            rc = (make_local_grads_node(self, x, kids, grads) if kids
+                  else _pg_leaf_v(id(self), x))
+            if rc:
+                _not_fresh(self, rc)
+            if label:
+                self.label = label
+            return
         # Made in Python, as micrograd's custom ops are: its backward is the
         # closure set on it (None until then: micrograd's `lambda: None`),
         # kept where micrograd keeps it, in the instance dict; backward()
@@ -435,6 +444,9 @@ class Value(_ValueBase):
     # -- graph --------------------------------------------------------------
 
     _op: str = _OpName()  # type: ignore[assignment]
+    #: microgpt's: the children in order, and d self / d child for each.
+    _children: "Tuple[Value, ...]" = ChildrenInOrder()  # type: ignore[assignment]
+    _local_grads: "Tuple[float, ...]" = LocalGrads()  # type: ignore[assignment]
 
     @property
     def _prev(self) -> Set["Value"]:
@@ -532,17 +544,16 @@ class Value(_ValueBase):
                 return _not_a_number(other)
             is_int = 1 if isinstance(other, numbers.Integral) else 0
         cls = _result_class(type(self)) if type(self) is not Value else Value
-        out: Value = _new(cls)
-        made = (out, self, k)
-        rc = _powk_v(id(made), is_int)
-        if rc == _E_NUMBER:
+        out: Optional[Value] = (_powk_int if is_int else _powk_float)(cls, self, k)
+        if out is None:
             return _not_a_number(real_or_none(k))   # an int too large: ValueError
-        if rc:
-            _op_failed(rc)
         return out
 
     def __repr__(self) -> str:
-        return f"Value(data={self.data}, grad={self.grad})"
+        try:
+            return f"Value(data={self.data}, grad={self.grad})"
+        except ValueError:      # made from a traced program's input: no number yet
+            return "Value(traced)"
 
     def _compared(self, other: Any) -> bool:
         raise TypeError(f"a pygrad.Value can't be ordered against {type(other).__name__}: "
@@ -673,6 +684,8 @@ def _record_backward(root: Value) -> int:
 
 
 _add_op_methods(Value)
+_powk_float = _op_function(lib.PG_OP_POWK, lib.PG_FORM_POWK_FLOAT)
+_powk_int = _op_function(lib.PG_OP_POWK, lib.PG_FORM_POWK_INT)
 
 
 _NOOP_CODE = (lambda: None).__code__.co_code

@@ -12,7 +12,7 @@ from ._numbers import not_a_number, real_or_none
 from ._value_ops import Scalar
 from .engine import Value
 
-__all__ = ["dot", "sum", "logsumexp", "ACTIVATIONS"]
+__all__ = ["dot", "sum", "logsumexp", "detached_max", "ACTIVATIONS"]
 
 # None / 'linear', and the ops the table (csrc/ops.def) allows as fused activations.
 ACTIVATIONS: Dict[Optional[str], int] = {None: lib.PG_ACT_NONE, "linear": lib.PG_ACT_NONE,
@@ -75,3 +75,15 @@ def logsumexp(values: Iterable[Union[Scalar, float]]) -> Value:
     return _node(lib.PG_OP_LOGSUMEXP, 0, vs)
 
 
+def detached_max(values: Iterable[Union[Scalar, float]]) -> Value:
+    """The largest of ``values`` as a Value through which no gradient flows:
+    ``max(v.data for v in values)`` (the first of equal values, as Python's
+    ``max``) kept in the graph, so that a compiled program recomputes it,
+    where a float read from ``.data`` would be baked in.  The shift of a
+    stable softmax: ``[(v - m).exp() for v in values]`` gives the same
+    numbers and gradients with ``m = detached_max(values)`` as with
+    ``m = max(v.data for v in values)``."""
+    vs = [_as_value(v, "detached_max's values") for v in values]
+    if not vs:
+        raise ValueError("detached_max of nothing: give at least one value")
+    return _node(lib.PG_OP_MAX, 0, vs)

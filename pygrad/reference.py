@@ -14,7 +14,7 @@ import numbers
 from typing import Any, Callable, Iterable, List, Set, Tuple, Union
 
 from ._copies import new_leaf
-from ._numbers import real_or_none, value_data
+from ._numbers import local_grad_numbers, real_or_none, value_data
 
 __all__ = ["Value"]
 
@@ -156,11 +156,12 @@ class Value:
 
     # __dict__: attributes of one's own (an optimizer's momentum buffer), as
     # on micrograd's Value and pygrad.Value.
+    # _local_grads: set only on a Value made microgpt's way (below).
     __slots__ = ("data", "grad", "_backward", "_children", "_op", "label", "_created",
-                 "__dict__", "__weakref__")
+                 "_local_grads", "__dict__", "__weakref__")
 
-    def __init__(self, data: Any, _children: Iterable["Value"] = (), _op: str = "",
-                 label: str = "") -> None:
+    def __init__(self, data: Any, _children: Iterable["Value"] = (),
+                 _op: "Union[str, Iterable[float]]" = "", label: str = "") -> None:
         self.data = value_data(data, Value)
         self.grad = 0.0
         self._backward: Callable[[], None] = lambda: None
@@ -168,6 +169,16 @@ class Value:
         self._op = _op
         self.label = label
         self._created = next(_creation_counter)
+        if not isinstance(_op, str):
+            # microgpt's Value(data, children, local_grads)
+            self._op = ""
+            grads = self._local_grads = tuple(local_grad_numbers(_op, self._children))
+            out = self
+
+            def _backward() -> None:
+                for child, g in zip(out._children, grads):
+                    child.grad += g * out.grad
+            self._backward = _backward
 
     def __copy__(self) -> "Value":
         """A new leaf with the same data, grad, label and attributes (as
@@ -621,6 +632,14 @@ def logsumexp(values: Iterable[Any]) -> Value:
     if math.isinf(m):
         m = 0.0
     return sum([(v - m).exp() for v in vs]).log() + m
+
+
+def detached_max(values: Iterable[Any]) -> Value:
+    """The largest value's number as a new leaf (no gradient flows back)."""
+    vs = [_as_value(v) for v in values]
+    if not vs:
+        raise ValueError("detached_max of nothing: give at least one value")
+    return Value(max(v.data for v in vs))
 
 
 def _leaf(cls: "type[Value]", data: float, grad: float, label: str, state: Any = None) -> Value:

@@ -123,7 +123,7 @@ class Program:
             program = ffi.gc(ffi.new("pg_program *"), lib.pg_program_release)
             bad = ffi.new("pg_node **")
             rc = lib.pg_compile_v(id(single), program, bad)
-            _check(rc, bad[0], self._outputs)
+            check_compile(rc, bad[0], self._outputs)
             self._program = program
             self._n = lib.pg_program_size(program)
         if inputs is not None:
@@ -146,7 +146,7 @@ class Program:
         bad = ffi.new("pg_node **")
         out_nodes, in_nodes = pack(self._outputs).nodes, pack(inputs).nodes
         rc = lib.pg_batch_compile_v(id(out_nodes), id(in_nodes), batch, bad)
-        _check(rc, bad[0], self._outputs)
+        check_compile(rc, bad[0], self._outputs)
         if _ndarray is None:
             _numpy_types()
         self._inputs = inputs
@@ -367,7 +367,7 @@ def _run_failed(rc: int, what: str) -> None:
                          f"optimizer whose state does not fit its parameters")
 
 
-def _check(rc: int, bad: Any, outputs: Tuple[Value, ...]) -> None:
+def check_compile(rc: int, bad: Any, outputs: Tuple[Value, ...]) -> None:
     if rc == lib.PG_E_NOMEM:
         raise MemoryError("pygrad: out of memory compiling the graph")
     if rc < 0:
@@ -406,7 +406,12 @@ def _node_name(v: Any) -> str:
     if v is None:
         return "a node whose Value is gone"
     named = [f"{what} {text!r}" for what, text in (("op", v._op), ("label", v.label)) if text]
-    return ", ".join(named) if named else f"no op or label, data {v.data!r}"
+    if named:
+        return ", ".join(named)
+    try:
+        return f"no op or label, data {v.data!r}"
+    except ValueError:          # made from a traced program's input
+        return "no op or label, made from a traced input"
 
 
 def compile(output: Union[Scalar, Iterable[Scalar]],  # noqa: A001 - as torch.compile

@@ -33,7 +33,8 @@ from pygrad import boundary, data, demo, functional, losses, nn, optim, referenc
 from helpers import python_blocks, run_blocks
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
-GUIDES = ["api.md", "coming-from-micrograd.md", "coming-from-pytorch.md", "scaling-out.md"]
+GUIDES = ["api.md", "coming-from-micrograd.md", "coming-from-pytorch.md", "scaling-out.md",
+          "microgpt.md"]
 MAINTAINERS = ["internals.md", "lifetime.md", "performance.md", "development.md",
                "batched-tier.md"]
 PAGES = GUIDES + MAINTAINERS

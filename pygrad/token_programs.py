@@ -1,0 +1,196 @@
+"""Compiled programs for models that pick by token id and vary in length
+(microgpt): one program per number of tokens, traced on first use.
+
+    def doc_loss(tokens):                         # your model's loss, as before
+        ...  x = pygrad.embed(wte, tokens[i])     # was wte[tokens[i]]
+        ...  -pygrad.pick(probs, tokens[i + 1]).log()   # was probs[tokens[i + 1]]
+        ...  m = pygrad.detached_max(logits)      # was max(v.data for v in logits)
+    train = pygrad.per_length(doc_loss, vocab, pygrad.optim.Adam(params, ...))
+    for doc in docs:
+        loss = train.step(token_ids)             # forward, backward and Adam, in C
+
+A replayed graph freezes what Python decided while it was built, so what
+varies between documents must be an input of the program:
+
+- **token ids** are one-hot inputs: while tracing, each position is a
+  ``Token`` (``vocab`` leaves), and ``embed``/``pick`` turn a row choice
+  into a ``dot`` with them, which gives the picked numbers exactly (the
+  other terms are zeros) and sends the gradient to the picked row only.
+  With an int they index as ``table[i]`` does, so the same model code runs
+  eagerly (sampling) and traced;
+- **lengths** pick the program: one per number of tokens, compiled the
+  first time that length comes, then replayed;
+- **numbers that depend on a token** (``v.data``, ``v.grad`` of a Value
+  made from a Token's inputs) can't be read: a float read while tracing
+  would be baked into every later run.  A softmax's max shift stays in the
+  graph as ``detached_max``.
+
+The programs hold C nodes only (no Python Value), so the collector never
+walks them.  Each step runs in C: forward, backward, and the optimizer's
+step (``optim.Adam``/``SGD``, with an lr schedule as a callable).
+"""
+from typing import Any, Callable, Dict, List, Sequence, Union
+
+from ._core import ffi, lib
+from ._lifetime import Packed, pack
+from .engine import Value, make_leaves
+from .functional import detached_max, dot
+from .replay import check_compile
+
+__all__ = ["Token", "embed", "pick", "detached_max", "per_length", "PerLength"]
+
+
+class Token:
+    """A token id while ``per_length`` traces: ``vocab`` one-hot leaves,
+    the program's inputs for that position.  Only ``embed`` and ``pick``
+    take one: it is no int, so nothing can branch or index on it."""
+
+    __slots__ = ("onehot",)
+
+    def __init__(self, onehot: "List[Value]") -> None:
+        self.onehot = onehot
+
+    def __index__(self) -> int:
+        raise TypeError("a token is a program input while pygrad traces, not an int: pick "
+                        "with pygrad.embed(table, token) or pygrad.pick(values, token)")
+
+    def __repr__(self) -> str:
+        return f"Token(one of {len(self.onehot)}, traced)"
+
+
+TokenId = Union[int, Token]
+
+
+def embed(table: Sequence[Sequence[Any]], token: TokenId) -> List[Any]:
+    """``table[token]`` (a row of Values): for an int, that very row; for a
+    traced Token, a row of ``dot(column, onehot)`` nodes, equal to it."""
+    if isinstance(token, Token):
+        if len(table) != len(token.onehot):
+            raise ValueError(f"embed: a table of {len(table)} rows for a vocabulary of "
+                             f"{len(token.onehot)}: give one row per token id")
+        return [dot(column, token.onehot) for column in zip(*table)]
+    return list(table[token])
+
+
+def pick(values: Sequence[Any], token: TokenId) -> Any:
+    """``values[token]``: for an int, that Value; for a traced Token, the
+    ``dot`` of ``values`` with its one-hot inputs, equal to it."""
+    if isinstance(token, Token):
+        if len(values) != len(token.onehot):
+            raise ValueError(f"pick: {len(values)} values for a vocabulary of "
+                             f"{len(token.onehot)}: give one value per token id")
+        return dot(values, token.onehot)
+    return values[token]
+
+
+class _Compiled:
+    """One length's program: the C program, and its one-hot inputs."""
+
+    __slots__ = ("program", "inputs", "data", "vocab")
+
+    def __init__(self, program: Any, inputs: Packed, vocab: int) -> None:
+        self.program = program
+        self.inputs = inputs
+        self.vocab = vocab
+        self.data = ffi.new("double[]", len(inputs))
+
+    def set_tokens(self, ids: Sequence[int]) -> None:
+        data, vocab = self.data, self.vocab
+        ffi.memmove(data, bytes(8 * len(self.inputs)), 8 * len(self.inputs))
+        for i, t in enumerate(ids):
+            data[i * vocab + t] = 1.0
+        nodes = self.inputs.nodes         # (held by a name for the call)
+        lib.pg_scatter_data_l(id(nodes), data, len(self.inputs))
+
+
+class PerLength:
+    """``loss_fn(tokens)`` compiled once per number of tokens (see the
+    module doc).  ``step(ids)`` trains on one sequence, ``ids`` token ids
+    in ``range(vocab)``; ``loss(ids)`` only evaluates."""
+
+    def __init__(self, loss_fn: Callable[[List[Token]], Value], vocab: int,
+                 optimizer: Any = None) -> None:
+        if not callable(loss_fn):
+            raise TypeError(f"per_length needs the loss function, not {type(loss_fn).__name__}")
+        if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
+            raise ValueError(f"vocab must be the number of token ids (an int >= 1), not {vocab!r}")
+        self.loss_fn = loss_fn
+        self.vocab = vocab
+        self.optimizer = optimizer
+        self._programs: Dict[int, _Compiled] = {}
+
+    @property
+    def lengths(self) -> List[int]:
+        """The numbers of tokens compiled so far."""
+        return sorted(self._programs)
+
+    def _ids(self, ids: Sequence[int]) -> List[int]:
+        out = []
+        for t in ids:
+            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.vocab:
+                raise ValueError(f"token ids must be ints in range({self.vocab}), not {t!r}")
+            out.append(t)
+        if not out:
+            raise ValueError("a sequence of no tokens: give at least one token id")
+        return out
+
+    def _compiled(self, n: int) -> _Compiled:
+        c = self._programs.get(n)
+        if c is None:
+            c = self._programs[n] = self._trace(n)
+        return c
+
+    def _trace(self, n: int) -> _Compiled:
+        leaves = make_leaves([0.0] * (n * self.vocab))
+        for leaf in leaves:
+            # (what depends on them can't be read: csrc/pygrad.h, PG_F_TRACED)
+            lib.pg_set_traced_v(id(leaf))
+        tokens = [Token(leaves[i * self.vocab:(i + 1) * self.vocab]) for i in range(n)]
+        loss = self.loss_fn(tokens)
+        if not isinstance(loss, Value):
+            raise TypeError(f"per_length: the loss function must return a pygrad.Value, not "
+                            f"{type(loss).__name__}")
+        program = ffi.gc(ffi.new("pg_program *"), lib.pg_program_release)
+        bad = ffi.new("pg_node **")
+        rc = lib.pg_compile_v(id(loss), program, bad)
+        if rc:
+            check_compile(rc, bad[0], (loss,))
+        # The program holds its nodes (C), and the pack the inputs' nodes:
+        # the traced Values go now, and no Value shows an interior node, so
+        # the program need not write their numbers back.
+        lib.pg_program_write_back(program, 0)
+        return _Compiled(program, pack(leaves), self.vocab)
+
+    def loss(self, ids: Sequence[int]) -> float:
+        """The loss of one sequence of token ids (forward only)."""
+        ids = self._ids(ids)
+        c = self._compiled(len(ids))
+        c.set_tokens(ids)
+        return lib.pg_program_forward(c.program)
+
+    def step(self, ids: Sequence[int]) -> float:
+        """One training step on a sequence of token ids: zero the grads,
+        forward, backward, and the optimizer's step.  Returns the loss."""
+        if self.optimizer is None:
+            raise TypeError("per_length was made without an optimizer: pass one to step()")
+        ids = self._ids(ids)
+        c = self._compiled(len(ids))
+        opt = self.optimizer
+        c.set_tokens(ids)
+        opt.zero_grad()
+        loss = lib.pg_program_forward(c.program)
+        lib.pg_program_backward(c.program)
+        opt.step()
+        return loss
+
+    def __repr__(self) -> str:
+        return f"PerLength({getattr(self.loss_fn, '__name__', 'loss')}, vocab={self.vocab}, " \
+               f"lengths={self.lengths})"
+
+
+def per_length(loss_fn: Callable[[List[Token]], Value], vocab: int,
+               optimizer: Any = None) -> PerLength:
+    """``loss_fn`` (a list of tokens -> a loss Value) compiled once per
+    sequence length; see the module doc."""
+    return PerLength(loss_fn, vocab, optimizer)
+

@@ -1,0 +1,336 @@
+"""microgpt-style code on pygrad (issue 52): the strict swap, microgpt's
+``Value(data, children, local_grads)``, and the compiled path
+(pygrad.per_length) against eager, on our own microgpt-style model
+(tests/microgpt_style.py)."""
+import gc
+import math
+import random
+import sys
+
+import pytest
+
+import pygrad
+from pygrad import reference
+from pygrad._core import lib
+from helpers import assert_same_doubles
+from interrupts import PYGRAD_CODE, Interrupter
+import microgpt_style as mg
+
+SHAPE = mg.Shape()
+DOCS = mg.documents(SHAPE, 12)
+
+
+# -- the strict swap: microgpt's code, on pygrad.Value ------------------------
+
+def test_swap_trains_as_the_reference_engine_bit_for_bit():
+    got = mg.train_eagerly(pygrad.Value, SHAPE, DOCS, steps=4)
+    want = mg.train_eagerly(reference.Value, SHAPE, DOCS, steps=4)
+    assert_same_doubles(got[0], want[0], "loss")
+    assert_same_doubles(got[1], want[1], "parameter")
+
+
+def test_swap_samples_as_the_reference_engine():
+    P, R = mg.make_params(pygrad.Value, SHAPE), mg.make_params(reference.Value, SHAPE)
+    assert mg.sample(pygrad.Value, P, SHAPE, 3, 5) == mg.sample(reference.Value, R, SHAPE, 3, 5)
+
+
+# -- Value(data, children, local_grads) ---------------------------------------
+
+def microgpt_value(base):
+    """A Value class written as microgpt writes its own, over ``base``: every
+    op is ``V(data, children, local_grads)``."""
+
+    class V(base):
+        def __add__(self, other):
+            other = other if isinstance(other, V) else V(other)
+            return V(self.data + other.data, (self, other), (1, 1))
+
+        def __mul__(self, other):
+            other = other if isinstance(other, V) else V(other)
+            return V(self.data * other.data, (self, other), (other.data, self.data))
+
+        def __pow__(self, k):
+            return V(self.data ** k, (self,), (k * self.data ** (k - 1),))
+
+        def log(self):
+            return V(math.log(self.data), (self,), (1 / self.data,))
+
+        def exp(self):
+            return V(math.exp(self.data), (self,), (math.exp(self.data),))
+
+        def relu(self):
+            return V(max(0, self.data), (self,), (float(self.data > 0),))
+
+        def __neg__(self):
+            return self * -1
+
+        def __radd__(self, other):
+            return self + other
+
+        def __sub__(self, other):
+            return self + (-other)
+
+        def __rsub__(self, other):
+            return other + (-self)
+
+        def __rmul__(self, other):
+            return self * other
+
+        def __truediv__(self, other):
+            return self * other ** -1
+
+        def __rtruediv__(self, other):
+            return other * self ** -1
+
+    return V
+
+
+def test_local_grads_values_train_as_the_reference_engine():
+    got = mg.train_eagerly(microgpt_value(pygrad.Value), SHAPE, DOCS, steps=3)
+    want = mg.train_eagerly(microgpt_value(reference.Value), SHAPE, DOCS, steps=3)
+    assert_same_doubles(got[0], want[0], "loss")
+    assert_same_doubles(got[1], want[1], "parameter")
+
+
+def test_local_grads_values_backpropagate_in_c_to_finite_differences():
+    V = microgpt_value(pygrad.Value)
+
+    def f(x, y):
+        return ((x * y + x ** 3) / (y.exp() + 1)).log() - x.relu()
+
+    x, y = V(0.7), V(-0.4)
+    out = f(x, y)
+    assert type(out) is V and lib.pg_describe_v(id(out)) & 0xFF == lib.PG_OP_FUNCTION
+    out.backward()
+    h = 1e-6
+    for v, other, first in ((x, y, True), (y, x, False)):
+        def at(d):
+            a, b = (V(v.data + d), V(other.data)) if first else (V(other.data), V(v.data + d))
+            return f(a, b).data
+        assert v.grad == pytest.approx((at(h) - at(-h)) / (2 * h), rel=1e-6)
+
+
+def test_children_and_local_grads_read_as_microgpts():
+    a, b = pygrad.Value(2.0), pygrad.Value(-3.0)
+    made = pygrad.Value(6.5, (a, b), (0.25, 4))
+    assert made._children == (a, b) and made._local_grads == (0.25, 4.0)
+    assert made._op == "" and made._prev == {a, b}
+    cases = {                      # op -> (children, d self / d child)
+        "a + b": (a + b, (a, b), (1.0, 1.0)),
+        "a * b": (a * b, (a, b), (-3.0, 2.0)),
+        "a * a": (a * a, (a, a), (2.0, 2.0)),
+        "a - b": (a - b, (a, b), (1.0, -1.0)),
+        "a / b": (a / b, (a, b), (1 / -3.0, -2.0 / 9.0)),
+        "a ** 3": (a ** 3, (a,), (12.0,)),
+        "a.exp()": (a.exp(), (a,), (math.exp(2.0),)),
+        "b.relu()": (b.relu(), (b,), (0.0,)),
+        "dot": (pygrad.dot([a, b], [b, a]), (a, b, b, a), (-3.0, 2.0, 2.0, -3.0)),
+    }
+    for name, (v, kids, grads) in cases.items():
+        assert v._children == kids, name
+        assert v._local_grads == pytest.approx(grads, rel=1e-15), name
+    k = a * 2.0                    # the number's leaf is a child, as micrograd's Value(2.0)
+    assert k._children[0] is a and k._children[1].data == 2.0 and k._local_grads == (2.0, 2.0)
+    assert a._children == () and a._local_grads == ()
+
+
+def test_a_custom_ops_local_grads_are_its_closures():
+    a = pygrad.Value(1.0)
+    out = pygrad.Value(2.0, (a,), "double")
+    with pytest.raises(AttributeError, match="Python closure"):
+        out._local_grads
+
+
+def test_a_subclass_that_sets_children_keeps_them():
+    class Mine(pygrad.Value):
+        def __init__(self, data, children=(), note=""):
+            super().__init__(data)
+            self._children = tuple(children)
+
+    m = Mine(1.0, ["x"])
+    assert m._children == ("x",)
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    ((1, 2, 3), ValueError, "3 local gradient"),
+    (("x", 1), TypeError, "real number"),
+    (7, TypeError, "op name"),
+    ((None, 1), TypeError, "real number"),
+])
+@pytest.mark.parametrize("engine", [pygrad, reference], ids=["c", "reference"])
+def test_bad_local_grads_say_what_to_give(engine, bad, error, match):
+    a, b = engine.Value(1.0), engine.Value(2.0)
+    with pytest.raises(error, match=match):
+        engine.Value(3.0, (a, b), bad)
+
+
+# -- the compiled path: one program per length ---------------------------------
+
+def compiled(shape=SHAPE, lr=0.05, steps=100):
+    P = mg.make_params(pygrad.Value, shape)
+    params = mg.flat(P)
+    adam = pygrad.optim.Adam(params, lr=lambda t: lr * (1 - t / steps), betas=(0.85, 0.99),
+                             eps=1e-8)
+    train = pygrad.per_length(lambda toks: mg.sequence_loss(P, shape, mg.traceable(), toks),
+                              shape.vocab, adam)
+    return P, params, adam, train
+
+
+def eager_with_adam(docs, steps, lr=0.05):
+    """The same training, eagerly, with the same C Adam."""
+    P = mg.make_params(pygrad.Value, SHAPE)
+    params = mg.flat(P)
+    adam = pygrad.optim.Adam(params, lr=lambda t: lr * (1 - t / steps), betas=(0.85, 0.99),
+                             eps=1e-8)
+    losses = []
+    for step in range(steps):
+        adam.zero_grad()
+        loss = mg.sequence_loss(P, SHAPE, mg.AS_MICROGPT, docs[step % len(docs)])
+        loss.backward()
+        adam.step()
+        losses.append(loss.data)
+    return losses, [p.data for p in params]
+
+
+def test_compiled_training_equals_eager():
+    """The forward numbers are eager's bit for bit; a parameter's gradient
+    gets the same terms, summed in another order (through the one-hot
+    picks), so training drifts by rounding only."""
+    steps = 12
+    _, params, _, train = compiled(steps=steps)
+    losses = [train.step(DOCS[s % len(DOCS)]) for s in range(steps)]
+    want_losses, want_params = eager_with_adam(DOCS, steps)
+    assert losses[0] == want_losses[0]
+    assert losses == pytest.approx(want_losses, rel=1e-12)
+    assert [p.data for p in params] == pytest.approx(want_params, rel=1e-12, abs=1e-15)
+
+
+def test_compiled_training_follows_microgpts_python_adam():
+    steps = 8
+    _, params, _, train = compiled(steps=steps)
+    losses = [train.step(DOCS[s % len(DOCS)]) for s in range(steps)]
+    want_losses, want_params = mg.train_eagerly(pygrad.Value, SHAPE, DOCS, steps)
+    assert losses == pytest.approx(want_losses, rel=1e-12)
+    assert [p.data for p in params] == pytest.approx(want_params, rel=1e-12, abs=1e-15)
+
+
+def test_every_length_from_1_to_16_positions_compiles_once_and_equals_eager():
+    P, _, _, train = compiled()
+    rng = random.Random(5)
+    for n in range(1, 17):
+        ids = [rng.randrange(SHAPE.vocab) for _ in range(n + 1)]
+        eager = mg.sequence_loss(P, SHAPE, mg.AS_MICROGPT, ids).data
+        assert train.loss(ids) == eager, n
+    assert train.lengths == list(range(2, 18))
+    ids = [1, 2, 3]
+    assert train.loss(ids) == mg.sequence_loss(P, SHAPE, mg.AS_MICROGPT, ids).data
+    assert train.lengths == list(range(2, 18))          # no new program
+
+
+def test_reading_data_while_tracing_raises_and_says_what_to_change():
+    P, _, _, _ = compiled()
+    baked = pygrad.per_length(lambda toks: mg.sequence_loss(P, SHAPE, mg.Picks(
+        row=pygrad.embed, item=pygrad.pick, shift=mg.AS_MICROGPT.shift), toks), SHAPE.vocab)
+    with pytest.raises(ValueError, match=r"v\.data was read from a Value that depends on a "
+                                         r"traced program's input.*detached_max"):
+        baked.loss([1, 2, 3])
+    assert baked.lengths == []
+    assert P["tokens"][0][0].data == P["tokens"][0][0].data     # parameters read as ever
+    x = pygrad.embed(P["tokens"], pygrad.Token(pygrad.engine.make_leaves([0.0] * SHAPE.vocab)))
+    assert x[0].data == 0.0          # a Token made by hand is no traced input
+
+
+def test_tokens_are_no_ints_while_tracing():
+    P, _, _, _ = compiled()
+    as_index = pygrad.per_length(lambda toks: mg.sequence_loss(P, SHAPE, mg.AS_MICROGPT, toks),
+                                 SHAPE.vocab)
+    with pytest.raises(TypeError, match="pygrad.embed"):
+        as_index.loss([1, 2])
+
+
+@pytest.mark.parametrize("ids, match", [([], "no tokens"), ([0, SHAPE.vocab], "range"),
+                                        ([0, -1], "range"), ([0, 1.0], "range"),
+                                        ([True, 1], "range")])
+def test_bad_token_ids_say_what_to_give(ids, match):
+    _, _, _, train = compiled()
+    with pytest.raises(ValueError, match=match):
+        train.step(ids)
+
+
+def test_bad_loss_functions_say_what_is_wrong():
+    with pytest.raises(TypeError, match="pygrad.Value"):
+        pygrad.per_length(lambda toks: 1.0, 3).loss([0, 1])
+    with pytest.raises(ValueError, match="vocab"):
+        pygrad.per_length(lambda toks: toks, 0)
+    with pytest.raises(TypeError, match="optimizer"):
+        pygrad.per_length(lambda toks: pygrad.Value(1.0), 3).step([0, 1])
+    custom = pygrad.per_length(
+        lambda toks: pygrad.Value(1.0, (pygrad.embed([[pygrad.Value(1.0)]] * 3, toks[0])[0],), "mine"),
+        3)
+    with pytest.raises(ValueError, match="cannot compile"):
+        custom.loss([0, 1])
+
+
+def state(params, adam):
+    return [p.data for p in params], list(adam.m), list(adam.v), adam.steps
+
+
+@pytest.mark.parametrize("stage", ["trace", "replay"])
+def test_ctrl_c_anywhere_in_a_step_leaves_it_done_or_not_done(stage):
+    """A KeyboardInterrupt at every Python event of step()'s own code and
+    the optimizer's (the ops a trace runs are fuzzed in test_fuzz.py): the
+    parameters, Adam's state and its step count are all as before the step
+    or all as after it, and training goes on to the uninterrupted run's
+    numbers."""
+    shape = mg.Shape(vocab=4, width=4, context=4, heads=1)     # (small: one trace per event)
+    docs = [[3, 0, 1, 3], [3, 2, 3], [3, 0, 1, 3]]
+    _, params, adam, train = compiled(shape)
+    clean = [state(params, adam)]
+    clean_losses = []
+    for d in docs:
+        clean_losses.append(train.step(d))
+        clean.append(state(params, adam))
+
+    where = (PYGRAD_CODE + "token_programs.py", PYGRAD_CODE + "optim.py",
+             PYGRAD_CODE + "_backend.py", PYGRAD_CODE + "_lifetime.py")
+    events = Interrupter(None, prefixes=where)
+    _, params, adam, train = compiled(shape)
+    if stage == "replay":
+        train.step(docs[0])
+    sys.settrace(events)
+    try:
+        train.step(docs[1] if stage == "replay" else docs[0])
+    finally:
+        sys.settrace(None)
+    assert events.events > 10
+    first = 1 if stage == "replay" else 0
+    for n in range(1, events.events + 1):
+        _, params, adam, train = compiled(shape)
+        for d in docs[:first]:
+            train.step(d)
+        hit = Interrupter(n, prefixes=where)
+        sys.settrace(hit)
+        try:
+            train.step(docs[first])
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        now = state(params, adam)
+        assert now in (clean[first], clean[first + 1]), hit.fired
+        done = now[3]
+        # training goes on: the next step gives the clean run's numbers
+        loss = train.step(docs[done])
+        assert loss == clean_losses[done], hit.fired
+        assert state(params, adam) == clean[done + 1], hit.fired
+
+
+def test_programs_hold_no_values_for_the_collector():
+    _, _, _, train = compiled()
+    gc.collect()
+    before = len(gc.get_objects())
+    for n in (3, 5, 9):
+        train.loss([i % SHAPE.vocab for i in range(n)])
+    gc.collect()
+    assert len(gc.get_objects()) - before < 200          # (thousands of nodes each)
+    assert train.lengths == [3, 5, 9]
