@@ -15,6 +15,9 @@ so that load on a shared machine hits each alike):
   compiled   the documented recipe (docs/microgpt.md), applied by this
              script to the file: one compiled program per document length
   pypy       the file as written, on ``pypy3`` (when on the PATH)
+  eager_gc_off  the swap with the cyclic collector off (``gc.disable()``
+             first): not a recipe, the bound of the eager row (what the
+             collector's walks over the tracked Values cost)
 
 ``num_steps`` is set to ``--steps`` in each, and the step line prints the
 loss with every digit (``repr``) so that runs can be compared.  The figure
@@ -53,7 +56,9 @@ def variant_sources(source: str, steps: int) -> Dict[str, str]:
                          "(no `num_steps = N` line or loss print)")
     base = STEPS_LINE.sub(f"num_steps = {steps}", source, count=1)
     base = base.replace(PRINT_LOSS, "| loss {loss.data!r}")
-    return {"original": base, "eager": strict_swap(base), "compiled": apply_recipe(base)}
+    eager = strict_swap(base)
+    return {"original": base, "eager": eager, "compiled": apply_recipe(base),
+            "eager_gc_off": "import gc; gc.disable()\n" + eager}
 
 
 def run_one(python: List[str], path: str, cwd: str) -> Tuple[float, str]:

@@ -73,6 +73,7 @@ int pg_binding_init(uintptr_t out, uintptr_t converter);
 int32_t pg_leaf_v(uintptr_t value, double data);
 int32_t pg_powk_v(uintptr_t made, int k_is_int);
 int pg_op_function(uintptr_t out, int op, int form, int fastcall);
+int pg_call_paused_function(uintptr_t out);
 #define PG_FORM_VALUES 0
 #define PG_FORM_K 1
 #define PG_FORM_RK 2

@@ -9,27 +9,32 @@
 #include "node.h"
 #include "program.h"
 
-static int by_node(const void *a, const void *b) {
-    uintptr_t x = (uintptr_t)((const pg_slot_of *)a)->node;
-    uintptr_t y = (uintptr_t)((const pg_slot_of *)b)->node;
-    return (x > y) - (x < y);
+/* The table's first probe for a node: its address, multiplied (Fibonacci
+ * hashing) so that nodes allocated side by side spread over the table. */
+static size_t home(const pg_layout *L, const pg_node *node) {
+    return (size_t)(((uint64_t)(uintptr_t)node * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & (L->cap - 1);
 }
 
 uint32_t pg_layout_slot(const pg_layout *L, const pg_node *node) {
-    pg_slot_of key = {(pg_node *)node, 0};
-    const pg_slot_of *hit = bsearch(&key, L->by_node, L->n, sizeof *hit, by_node);
-    return hit ? hit->slot : UINT32_MAX;
+    for (size_t i = home(L, node);; i = (i + 1) & (L->cap - 1)) {
+        if (L->by_node[i].node == node) return L->by_node[i].slot;
+        if (L->by_node[i].node == NULL) return UINT32_MAX;
+    }
 }
 
 void pg_layout_free(pg_layout *L) {
     free(L->node); free(L->leaf); free(L->first_edge); free(L->kid); free(L->by_node);
-    *L = (pg_layout){0, 0, 0, NULL, NULL, NULL, NULL, NULL};
+    *L = (pg_layout){0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0};
 }
 
-/* Index L->node[0..n) by address (L->by_node). */
+/* Index L->node[0..n) by address (L->by_node, at most half full). */
 static void index_nodes(pg_layout *L) {
-    for (uint32_t s = 0; s < L->n; s++) L->by_node[s] = (pg_slot_of){L->node[s], s};
-    qsort(L->by_node, L->n, sizeof *L->by_node, by_node);
+    memset(L->by_node, 0, L->cap * sizeof *L->by_node);
+    for (uint32_t s = 0; s < L->n; s++) {
+        size_t i = home(L, L->node[s]);
+        while (L->by_node[i].node != NULL) i = (i + 1) & (L->cap - 1);
+        L->by_node[i] = (pg_slot_of){L->node[s], s};
+    }
 }
 
 /* Reorder the interior slots of L->node (leaves first, then a topological
@@ -70,9 +75,17 @@ static int32_t by_level(pg_layout *L) {
     return 0;
 }
 
+/* The hash table's size for n nodes: a power of two, at least 2n. */
+static size_t table_size(size_t n, size_t *cap) {
+    size_t c = 16;
+    while (c < 2 * n) c *= 2;
+    *cap = c;
+    return c;
+}
+
 int32_t pg_lay_out(pg_node *const *roots, uint32_t nroots, pg_layout *L, pg_node **bad,
                    int levels) {
-    *L = (pg_layout){0, 0, 0, NULL, NULL, NULL, NULL, NULL};
+    *L = (pg_layout){0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0};
     pg_node **order;          /* parents first */
     size_t n;
     int32_t rc = pg_record_order(roots, nroots, &order, &n);
@@ -96,7 +109,7 @@ int32_t pg_lay_out(pg_node *const *roots, uint32_t nroots, pg_layout *L, pg_node
     }
     if (rc == 0 && !(PG_ALLOC(L->node, n) && PG_ALLOC(L->leaf, n) &&
                      PG_ALLOC(L->first_edge, n + 1) && PG_ALLOC(L->kid, L->nedges) &&
-                     PG_ALLOC(L->by_node, n)))
+                     PG_ALLOC(L->by_node, table_size(n, &L->cap))))
         rc = PG_E_NOMEM;
     /* Leaves first, then the other nodes in the walk's order (children
      * first: the order backward() sweeps, backwards); with `levels`, by

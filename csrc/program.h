@@ -169,7 +169,8 @@ typedef struct pg_layout {
     uint8_t *leaf;            /* per slot: 1 for a leaf */
     size_t *first_edge;       /* per slot, and one past: slot s's children are */
     uint32_t *kid;            /* kid[first_edge[s] .. first_edge[s + 1]), as slots */
-    pg_slot_of *by_node;      /* the slots, sorted by node address */
+    pg_slot_of *by_node;      /* node -> slot: a hash table of cap entries (node NULL: free) */
+    size_t cap;
 } pg_layout;
 /* Lay out the graph below roots[0..nroots), leaves first, then in
  * backward()'s order, or with `levels` level by level (layout.c).

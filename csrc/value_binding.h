@@ -543,6 +543,66 @@ static PyMethodDef op_call_def = {"pygrad_op", (PyCFunction)(void (*)(void))op_c
 static PyMethodDef op_call_tuple_def = {"pygrad_op", (PyCFunction)op_call_tuple, METH_VARARGS,
                                         "Make an op's Value (pygrad/engine.py)."};
 
+/*
+ * call_paused(fn, arg): fn(arg) with the cyclic collector paused, as one C
+ * call (pygrad/token_programs.py traces a model with it: a trace makes a
+ * whole graph of Values that all live until it is compiled, which the
+ * collector would walk again and again to find no garbage).  Being one
+ * call, nothing can stop it between pausing and resuming: a Ctrl-C or an
+ * exception in fn propagates after the collector is back as it was.
+ */
+static PyObject *gc_call(PyObject *gc, const char *name) {
+    return PyObject_CallMethod(gc, name, NULL);
+}
+
+static PyObject *call_paused(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *fn, *arg;
+    if (!PyArg_UnpackTuple(args, "call_paused", 2, 2, &fn, &arg)) return NULL;
+    PyObject *gc = PyImport_ImportModule("gc");
+    PyObject *was = gc != NULL ? gc_call(gc, "isenabled") : NULL;
+    int on = was != NULL ? PyObject_IsTrue(was) : -1;
+    Py_XDECREF(was);
+    PyObject *off = on == 1 ? gc_call(gc, "disable") : NULL;
+    if (on < 0 || (on == 1 && off == NULL)) {
+        Py_XDECREF(gc);
+        return NULL;
+    }
+    Py_XDECREF(off);
+    PyObject *r = PyObject_CallFunctionObjArgs(fn, arg, NULL);
+    if (on == 1) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);           /* fn's error, if any, kept */
+        PyObject *back = gc_call(gc, "enable");
+        if (back == NULL && r != NULL) {
+            Py_CLEAR(r);                           /* (enable() itself failed) */
+            Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb);
+        } else {
+            if (back == NULL) PyErr_Clear();
+            Py_XDECREF(back);
+            PyErr_Restore(type, value, tb);
+        }
+    }
+    Py_DECREF(gc);
+    return r;
+}
+
+static PyMethodDef call_paused_def = {"call_paused", call_paused, METH_VARARGS,
+                                      "fn(arg) with the cyclic collector paused."};
+
+/* Append call_paused to list out: 0, or -1. */
+static int pg_call_paused_function(uintptr_t out) {
+    PyObject *list = (PyObject *)out;
+    PyObject *f = PyList_Check(list) ? PyCFunction_NewEx(&call_paused_def, NULL, NULL) : NULL;
+    if (f == NULL || PyList_Append(list, f)) {
+        PyErr_Clear();
+        Py_XDECREF(f);
+        return -1;
+    }
+    Py_DECREF(f);
+    return 0;
+}
+
 /* Append to list out the op function of (op, form) (fastcall: the
  * interpreter has METH_FASTCALL in its stable ABI, 3.10+).  0, or -1. */
 static int pg_op_function(uintptr_t out, int op, int form, int fastcall) {

@@ -40,6 +40,18 @@ from .replay import check_compile
 __all__ = ["Token", "embed", "pick", "detached_max", "per_length", "PerLength"]
 
 
+def _made_call_paused() -> Callable[[Callable[[Any], Any], Any], Any]:
+    out: list = []
+    if lib.pg_call_paused_function(id(out)):
+        raise MemoryError("pygrad: out of memory making call_paused")
+    return out[0]
+
+
+# fn(arg) with the cyclic collector paused: a trace's Values all live until
+# it is compiled, and the collector would walk them again and again.
+_call_paused = _made_call_paused()
+
+
 class Token:
     """A token id while ``per_length`` traces: ``vocab`` one-hot leaves,
     the program's inputs for that position.  Only ``embed`` and ``pick``
@@ -146,7 +158,7 @@ class PerLength:
             # (what depends on them can't be read: csrc/pygrad.h, PG_F_TRACED)
             lib.pg_set_traced_v(id(leaf))
         tokens = [Token(leaves[i * self.vocab:(i + 1) * self.vocab]) for i in range(n)]
-        loss = self.loss_fn(tokens)
+        loss = _call_paused(self.loss_fn, tokens)      # (csrc/value_binding.h)
         if not isinstance(loss, Value):
             raise TypeError(f"per_length: the loss function must return a pygrad.Value, not "
                             f"{type(loss).__name__}")

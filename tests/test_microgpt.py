@@ -334,3 +334,25 @@ def test_programs_hold_no_values_for_the_collector():
     gc.collect()
     assert len(gc.get_objects()) - before < 200          # (thousands of nodes each)
     assert train.lengths == [3, 5, 9]
+
+
+def test_a_trace_pauses_the_collector_and_gives_it_back_whatever_happens():
+    from pygrad.token_programs import _call_paused
+    seen = []
+    assert _call_paused(lambda x: seen.append(gc.isenabled()) or x * 2, 21) == 42
+    assert seen == [False] and gc.isenabled()
+
+    def interrupted(_):
+        raise KeyboardInterrupt("in the traced function")
+
+    with pytest.raises(KeyboardInterrupt, match="in the traced function"):
+        pygrad.per_length(interrupted, 3).loss([0, 1])
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert _call_paused(lambda x: gc.isenabled(), None) is False
+        assert not gc.isenabled()            # left as it was: off
+    finally:
+        gc.enable()
+    with pytest.raises(TypeError):
+        _call_paused(len)
