@@ -590,10 +590,11 @@ static PyObject *call_paused(PyObject *self, PyObject *args) {
 static PyMethodDef call_paused_def = {"call_paused", call_paused, METH_VARARGS,
                                       "fn(arg) with the cyclic collector paused."};
 
-/* Append call_paused to list out: 0, or -1. */
-static int pg_call_paused_function(uintptr_t out) {
+/* Append to list `out` a builtin function of def, with self (NULL or an
+ * object, which it holds): 0, or -1 (nothing appended, nothing raised). */
+static int append_function(uintptr_t out, PyMethodDef *def, PyObject *self) {
     PyObject *list = (PyObject *)out;
-    PyObject *f = PyList_Check(list) ? PyCFunction_NewEx(&call_paused_def, NULL, NULL) : NULL;
+    PyObject *f = PyList_Check(list) ? PyCFunction_NewEx(def, self, NULL) : NULL;
     if (f == NULL || PyList_Append(list, f)) {
         PyErr_Clear();
         Py_XDECREF(f);
@@ -603,24 +604,22 @@ static int pg_call_paused_function(uintptr_t out) {
     return 0;
 }
 
+static int pg_call_paused_function(uintptr_t out) {
+    return append_function(out, &call_paused_def, NULL);
+}
+
 /* Append to list out the op function of (op, form) (fastcall: the
  * interpreter has METH_FASTCALL in its stable ABI, 3.10+).  0, or -1. */
 static int pg_op_function(uintptr_t out, int op, int form, int fastcall) {
-    PyObject *list = (PyObject *)out;
-    if (!PyList_Check(list) || op < 0 || op >= PG_OP_COUNT || form < 0 || form >= OP_FORMS)
-        return -1;
+    if (op < 0 || op >= PG_OP_COUNT || form < 0 || form >= OP_FORMS) return -1;
     PyObject *code = PyLong_FromLong((long)op * OP_FORMS + form);
-    PyObject *f = code != NULL ? PyCFunction_NewEx(fastcall ? &op_call_def : &op_call_tuple_def,
-                                                   code, NULL)
-                               : NULL;
-    Py_XDECREF(code);
-    if (f == NULL || PyList_Append(list, f)) {
+    if (code == NULL) {
         PyErr_Clear();
-        Py_XDECREF(f);
         return -1;
     }
-    Py_DECREF(f);
-    return 0;
+    int rc = append_function(out, fastcall ? &op_call_def : &op_call_tuple_def, code);
+    Py_DECREF(code);
+    return rc;
 }
 
 /* Value(x): a leaf. */
