@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence
 
-from . import engine as _engine
+from . import _node_factory, engine as _engine
 from . import functional as _functional
 from . import reference as _reference
 from ._core import ffi, lib
@@ -261,11 +261,11 @@ class _CBackend(Backend):
         if len(xs) != nin:
             raise ValueError(f"layer expects {nin} inputs, got {len(xs)}")
         act = lib.PG_ACT_RELU if nonlin else lib.PG_ACT_NONE
-        return _engine.make_layer(act, packed_params, tuple(params), tuple(xs), nin, nout)
+        return _node_factory.make_layer(act, packed_params, tuple(params), tuple(xs), nin, nout)
 
     def leaves(self, data: Sequence[float]) -> List[Any]:
         # Made in bulk, one C call
-        return _engine.make_leaves(list(data)) if data else []
+        return _node_factory.make_leaves(list(data)) if data else []
 
     def pack_layers(self, layers: Sequence[tuple]) -> Any:
         layers = super().pack_layers(layers)
@@ -285,11 +285,11 @@ class _CBackend(Backend):
         xs: List[Any] = [v if isinstance(v, V) else V(v) for v in x]
         if len(xs) != sizes[0]:
             raise ValueError(f"layer expects {sizes[0]} inputs, got {len(xs)}")
-        return _engine.make_mlp(acts, params, sizes, param_values, tuple(xs))
+        return _node_factory.make_mlp(acts, params, sizes, param_values, tuple(xs))
 
     def make_function(self, name: str, data: float, values: Sequence[Any],
                       partials: Sequence[float]) -> Any:
-        return _engine.make_function(data, tuple(values), list(partials), name)
+        return _node_factory.make_function(data, tuple(values), list(partials), name)
 
 
 C: Backend = _CBackend("c", _engine.Value, _functional.dot, _functional.sum,

@@ -38,3 +38,42 @@ def apply_state(v: Any, state: Any) -> None:
     if slots:
         for name, x in slots.items():
             setattr(v, name, x)
+
+
+def _own_getstate(cls: type, base: type) -> bool:
+    """Whether a subclass of ``base`` (Value) below ``cls`` defines
+    ``__getstate__``."""
+    for c in cls.__mro__:
+        if c is base:
+            return False
+        if "__getstate__" in c.__dict__:
+            return True
+    return False
+
+
+def state_of(v: Any, base: type) -> Any:
+    """What a copy or pickle of ``v`` (a ``base``, pygrad.Value) carries
+    besides its numbers: the
+    subclass's ``__getstate__()`` if it has one, else its own attributes
+    (less a custom op's closure and name) and, as ``(dict, slots)`` the way
+    pickle does, the slots its subclasses add; None when there are none."""
+    if _own_getstate(type(v), base):
+        return v.__getstate__()
+    state = {k: x for k, x in v.__dict__.items() if k not in ("_backward", "_op")}
+    slots = {}
+    for cls in type(v).__mro__:
+        if cls is base:
+            break
+        names = cls.__dict__.get("__slots__", ())
+        for name in (names,) if isinstance(names, str) else names:
+            if name in ("__dict__", "__weakref__"):
+                continue
+            if name.startswith("__") and not name.endswith("__"):
+                name = f"_{cls.__name__.lstrip('_')}{name}"
+            try:
+                slots[name] = getattr(v, name)
+            except AttributeError:
+                pass
+    if slots:
+        return state or None, slots
+    return state or None

@@ -22,15 +22,14 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Set, Tuple, Unio
 
 from . import _ops
 from ._core import ffi, lib
-from ._copies import new_leaf
+from ._copies import new_leaf, state_of
 from ._edges import ChildrenInOrder, LocalGrads, make_local_grads_node
-from ._lifetime import Packed, check as _check
+from ._lifetime import check as _check
 from ._numbers import local_grad_numbers, real_or_none, value_data
 
 __all__ = ["Value", "settle"]
 
 _new = object.__new__
-_alloc = ffi.new
 _NULL = ffi.NULL
 _pg_leaf_v = lib.pg_leaf_v
 _E_NUMBER, _E_ARG, _E_BUSY = lib.PG_E_NUMBER, lib.PG_E_ARG, lib.PG_E_BUSY
@@ -104,72 +103,12 @@ def _fail(rc: int, what: str = "a graph node") -> None:
     _check(rc, what)
 
 
-def _op_failed(rc: int) -> None:
+def op_failed(rc: int) -> None:
     """The exception of an op's entry point: an operand without a node."""
     if rc == _E_ARG:
         raise TypeError("pygrad: an operand has no node (a Value whose __init__ never ran): "
                         "make Values with Value(data), or from other Values' operators")
     _check(rc, "a graph node")
-
-
-# -- the node factory the rest of the package builds with (_backend for nn,
-# functional, data, Function): package-internal, so not in __all__ -------------
-
-def make_nary(op: int, variant: int, values: "tuple[Value, ...]") -> "Value":
-    """A fused n-ary node over ``values`` (their nodes, in order)."""
-    out = _new(Value)
-    rc = lib.pg_nary_v(id(out), op, variant, id(values))
-    if rc:
-        _op_failed(rc)
-    return out
-
-
-def make_layer(act: int, params: Packed, param_values: tuple, xs: "tuple[Value, ...]",
-               nin: int, nout: int) -> "list[Value]":
-    """nout fused LINEAR nodes over shared inputs (pygrad.nn.Layer)."""
-    out: "list[Value]" = []
-    holds = (param_values, xs)     # (every object passed by id() is held for the call)
-    rc = lib.pg_layer_v(id(out), id(Value), act, id(params.nodes), id(xs), nin, nout, id(holds))
-    if rc:
-        _op_failed(rc)
-    return out
-
-
-def make_mlp(acts: Any, params: "list[Packed]", sizes: "list[int]", param_values: tuple,
-             xs: "tuple[Value, ...]") -> "list[Value]":
-    """The layers of a fused MLP in one C call (pg_mlp): the hidden layers'
-    outputs are nodes without Values (``_prev`` makes them on demand, one
-    per node: the table in ``_pg_b``); the last layer's outputs become
-    Values, holding the model's parameters and the inputs."""
-    out: "list[Value]" = []
-    table: "dict[int, Value]" = {}
-    lists = tuple(p.nodes for p in params)
-    holds = (param_values, xs)
-    rc = lib.pg_mlp_v(id(out), id(Value), len(sizes) - 1, acts, id(lists),
-                      _alloc("uint32_t[]", sizes), id(xs), id(holds), id(table))
-    if rc:
-        _op_failed(rc)
-    return out
-
-
-def make_leaves(data: "list[float]") -> "list[Value]":
-    """Leaves holding ``data`` (pygrad.data.to_values), in one C call."""
-    out: "list[Value]" = []
-    rc = lib.pg_leaves_v(id(out), id(Value), _alloc("double[]", data), len(data))
-    if rc:
-        _fail(rc, "leaves")
-    return out
-
-
-def make_function(data: float, values: "tuple[Value, ...]", partials: "list[float]",
-                  name: str) -> "Value":
-    """A pygrad.Function node with its captured partials."""
-    out = _new(Value)
-    rc = lib.pg_function_v(id(out), data, id(values), _alloc("double[]", partials))
-    if rc:
-        _op_failed(rc)
-    out._op = name
-    return out
 
 
 def _not_a_number(other: Any) -> Any:
@@ -568,12 +507,12 @@ class Value(_ValueBase):
 
     def __copy__(self) -> "Value":
         """A new leaf with the same data, grad, label and attributes."""
-        return _leaf(type(self), self.data, self.grad, self.label, _state(self))
+        return _leaf(type(self), self.data, self.grad, self.label, state_of(self, Value))
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         """deepcopy and pickle: a new leaf with the same data, grad, label and
         attributes (a graph node's children stay behind)."""
-        return _leaf, (type(self), self.data, self.grad, self.label), _state(self)
+        return _leaf, (type(self), self.data, self.grad, self.label), state_of(self, Value)
 
 
 def _node_backward(v: Value) -> None:
@@ -699,46 +638,9 @@ def _is_noop(fn: Any) -> bool:
             and not getattr(fn, "__closure__", None))
 
 
-def _own_getstate(cls: type) -> bool:
-    """Whether a subclass of Value below ``cls`` defines ``__getstate__``."""
-    for c in cls.__mro__:
-        if c is Value:
-            return False
-        if "__getstate__" in c.__dict__:
-            return True
-    return False
-
-
-def _state(v: Value) -> Any:
-    """What a copy or pickle of ``v`` carries besides its numbers: the
-    subclass's ``__getstate__()`` if it has one, else its own attributes
-    (less a custom op's closure and name) and, as ``(dict, slots)`` the way
-    pickle does, the slots its subclasses add; None when there are none."""
-    if _own_getstate(type(v)):
-        return v.__getstate__()
-    state = {k: x for k, x in v.__dict__.items() if k not in ("_backward", "_op")}
-    slots = {}
-    for cls in type(v).__mro__:
-        if cls is Value:
-            break
-        names = cls.__dict__.get("__slots__", ())
-        for name in (names,) if isinstance(names, str) else names:
-            if name in ("__dict__", "__weakref__"):
-                continue
-            if name.startswith("__") and not name.endswith("__"):
-                name = f"_{cls.__name__.lstrip('_')}{name}"
-            try:
-                slots[name] = getattr(v, name)
-            except AttributeError:
-                pass
-    if slots:
-        return state or None, slots
-    return state or None
-
-
 def _leaf(cls: "type[Value]", data: float, grad: float, label: str, state: Any = None) -> Value:
     """A new leaf (what a copy or an unpickled Value becomes; pickles name
-    this function)."""
+    this function, so it stays here: pygrad/_copies.py does the work)."""
     v: Value = cls.__new__(cls)
     Value.__init__(v, data, label=label)
     return new_leaf(Value, v, data, grad, label, state, made=True)

@@ -6,10 +6,11 @@ names), so fused models and op-by-op models agree bit for bit.
 """
 from typing import Dict, Iterable, Optional, Union
 
-from . import _ops, engine
+from . import _ops
 from ._core import ffi, lib
 from ._numbers import not_a_number, real_or_none
 from ._value_ops import Scalar
+from ._node_factory import make_nary
 from .engine import Value
 
 __all__ = ["dot", "sum", "logsumexp", "detached_max", "ACTIVATIONS"]
@@ -29,7 +30,7 @@ def _as_value(v: object, what: str) -> Value:
 
 
 def _node(op: int, variant: int, values: "list[Value]") -> Value:
-    return engine.make_nary(op, variant, tuple(values))
+    return make_nary(op, variant, tuple(values))
 
 
 def dot(w: Iterable[Scalar], x: Iterable[Union[Scalar, float]],

@@ -33,7 +33,8 @@ from typing import Any, Callable, Dict, List, Sequence, Union
 
 from ._core import ffi, lib
 from ._lifetime import Packed, pack
-from .engine import Value, make_leaves
+from ._node_factory import make_leaves
+from .engine import Value
 from .functional import detached_max, dot
 from .replay import check_compile
 

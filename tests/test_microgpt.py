@@ -236,7 +236,7 @@ def test_reading_data_while_tracing_raises_and_says_what_to_change():
         baked.loss([1, 2, 3])
     assert baked.lengths == []
     assert P["tokens"][0][0].data == P["tokens"][0][0].data     # parameters read as ever
-    x = pygrad.embed(P["tokens"], pygrad.Token(pygrad.engine.make_leaves([0.0] * SHAPE.vocab)))
+    x = pygrad.embed(P["tokens"], pygrad.Token(pygrad._node_factory.make_leaves([0.0] * SHAPE.vocab)))
     assert x[0].data == 0.0          # a Token made by hand is no traced input
 
 
