@@ -150,7 +150,11 @@ class PerLength:
     def _compiled(self, n: int) -> _Compiled:
         c = self._programs.get(n)
         if c is None:
-            c = self._programs[n] = self._trace(n)
+            # Traced, compiled and its Values dropped with the collector
+            # paused (csrc/value_binding.h, call_paused): they all live
+            # till the end, and the collector would walk them again and
+            # again to find no garbage.
+            c = self._programs[n] = _call_paused(self._trace, n)
         return c
 
     def _trace(self, n: int) -> _Compiled:
@@ -159,7 +163,7 @@ class PerLength:
             # (what depends on them can't be read: csrc/pygrad.h, PG_F_TRACED)
             lib.pg_set_traced_v(id(leaf))
         tokens = [Token(leaves[i * self.vocab:(i + 1) * self.vocab]) for i in range(n)]
-        loss = _call_paused(self.loss_fn, tokens)      # (csrc/value_binding.h)
+        loss = self.loss_fn(tokens)
         if not isinstance(loss, Value):
             raise TypeError(f"per_length: the loss function must return a pygrad.Value, not "
                             f"{type(loss).__name__}")
