@@ -316,6 +316,7 @@ def test_ctrl_c_anywhere_in_a_step_leaves_it_done_or_not_done(stage):
             pass
         finally:
             sys.settrace(None)
+        assert gc.isenabled(), hit.fired          # (a trace pauses it: call_paused)
         now = state(params, adam)
         assert now in (clean[first], clean[first + 1]), hit.fired
         done = now[3]
