@@ -65,7 +65,7 @@ _ValueCore, _Node, _NodeList = _bind()
 # The C base's own fields, read past anything a subclass names the same
 _get_a = _ValueCore.__dict__["_pg_a"].__get__
 _get_b = _ValueCore.__dict__["_pg_b"].__get__
-_get_kids = _ValueCore.__dict__["_pg_kids"].__get__
+get_kids = _ValueCore.__dict__["_pg_kids"].__get__
 _set_kids = _ValueCore.__dict__["_pg_kids"].__set__
 
 
@@ -242,7 +242,7 @@ def _op_name(v: Any, op: int) -> str:
     return ""
 
 
-def _operands(v: "Value") -> Iterator["Value"]:
+def operands(v: "Value") -> Iterator["Value"]:
     """The Values ``v`` holds as its operands (``_pg_a``, ``_pg_b``: a
     Value, None, or nested tuples of them)."""
     stack = [_get_b(v), _get_a(v)]
@@ -261,7 +261,7 @@ def _kids_of(v: "Value") -> Set["Value"]:
     holds it (an operand), as the one made for it before (a fused model's
     table), or as a new Value made over it."""
     known = {}
-    for x in _operands(v):
+    for x in operands(v):
         known[_node_addr(id(x))] = x
     table = _get_b(v)
     if type(table) is not dict:
@@ -394,7 +394,7 @@ class Value(_ValueBase):
         node made without one (a number's leaf, a fused layer's hidden
         node) a Value made on first read; the same set on every read.  The
         set can't be changed: the children are the C node's."""
-        kids = _get_kids(self)      # None until the first read
+        kids = get_kids(self)      # None until the first read
         if kids is not None:
             return kids
         # The common case first: an op's Value holds its operands (a unary
@@ -456,7 +456,7 @@ class Value(_ValueBase):
         while rc == _E_BUSY:      # another thread walks: signals run between tries
             rc = lib.pg_backward_v(id(self), _NULL)
         if rc == lib.PG_E_SWEEP:
-            rc = _record_backward(self)
+            rc = record_backward(self)
         if rc == lib.PG_E_NOMEM:
             raise MemoryError("pygrad: out of memory in backward()")
         if rc < 0:
@@ -562,66 +562,6 @@ class _Children(set):
     __ior__ = __iand__ = __isub__ = __ixor__ = _fixed  # type: ignore[assignment]
 
 
-def _values_below(root: Value) -> "dict[int, Value]":
-    """Every Value ``root`` holds, transitively, by its node's address."""
-    found: "dict[int, Value]" = {}
-    seen, stack = set(), [root]
-    while stack:
-        v = stack.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        found.setdefault(_node_addr(id(v)), v)
-        stack.extend(_operands(v))
-        kids = _get_kids(v)       # Values _prev made for nodes without one
-        if kids:
-            stack.extend(kids)
-    return found
-
-
-def find_below(root: Value, node: int) -> "Optional[Value]":
-    """The Value over node address ``node`` among the Values ``root``
-    holds, transitively."""
-    return _values_below(root).get(node)
-
-
-def _record_backward(root: Value) -> int:
-    """backward() when a Python closure lies below the root: C records the
-    order and saves the grads, then runs the rules, handing each closure to
-    Python; whatever stops it, the saved grads are put back.  ``root``
-    holds every node the sweep walks."""
-    sweep: Any = ffi.gc(ffi.new("pg_sweep *"), lib.pg_sweep_release)
-    below: "Optional[dict[int, Value]]" = None
-    try:
-        rc = lib.pg_backward_v(id(root), sweep)
-        while rc == _E_BUSY:
-            rc = lib.pg_backward_v(id(root), sweep)
-        while rc > 0:
-            found: list = []
-            if lib.pg_sweep_value(sweep, id(found)):
-                v = found[0]
-            else:       # a C node whose _backward was set later: find its Value
-                if below is None:
-                    below = _values_below(root)
-                v = below.get(int(ffi.cast("uintptr_t", sweep.py)))
-            if not isinstance(v, Value):
-                raise RuntimeError("pygrad: a custom op's _backward is gone (its Value was "
-                                   "cleared while its node lived on): keep the Value, as "
-                                   "micrograd's _prev does")
-            fn = v.__dict__.get("_backward")
-            if fn is not None:     # None: never set, micrograd's `lambda: None`
-                fn()
-            rc = lib.pg_backward_resume(sweep)
-        if rc == 0:
-            # Kept only now: a Ctrl-C that came during the last call rose
-            # as it returned, and the grads went back.
-            lib.pg_sweep_keep(sweep)
-        return rc
-    finally:
-        lib.pg_sweep_restore(sweep)        # nothing, once kept
-        del root
-
-
 _add_op_methods(Value)
 _powk_float = _op_function(lib.PG_OP_POWK, lib.PG_FORM_POWK_FLOAT)
 _powk_int = _op_function(lib.PG_OP_POWK, lib.PG_FORM_POWK_INT)
@@ -644,3 +584,8 @@ def _leaf(cls: "type[Value]", data: float, grad: float, label: str, state: Any =
     v: Value = cls.__new__(cls)
     Value.__init__(v, data, label=label)
     return new_leaf(Value, v, data, grad, label, state, made=True)
+
+
+# backward()'s slow path, when a Python closure lies below the root (its own
+# module: it imports Value from here)
+from ._custom_sweep import record_backward  # noqa: E402

@@ -33,7 +33,8 @@ from ._core import ffi, lib
 from ._numbers import not_a_number, real_array
 from ._lifetime import bulk, pack
 from ._value_ops import Scalar
-from .engine import Value, find_below
+from ._custom_sweep import find_below
+from .engine import Value
 
 if TYPE_CHECKING:
     import numpy as np

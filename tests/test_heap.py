@@ -200,13 +200,13 @@ def test_backward_does_not_record_for_a_custom_op_elsewhere():
     x = Value(2.0)
     y = x * x
     sweeps = []
-    real = pygrad.engine._record_backward
-    pygrad.engine._record_backward = lambda *args: sweeps.append(args) or real(*args)
+    real = pygrad.engine.record_backward
+    pygrad.engine.record_backward = lambda *args: sweeps.append(args) or real(*args)
     try:
         y.backward()
         (keep * x).backward()
     finally:
-        pygrad.engine._record_backward = real
+        pygrad.engine.record_backward = real
     assert len(sweeps) == 1               # only the root above the closure recorded
     assert x.grad == 4.0 + keep.data
 
