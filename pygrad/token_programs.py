@@ -29,6 +29,7 @@ The programs hold C nodes only (no Python Value), so the collector never
 walks them.  Each step runs in C: forward, backward, and the optimizer's
 step (``optim.Adam``/``SGD``, with an lr schedule as a callable).
 """
+import threading
 from typing import Any, Callable, Dict, List, Sequence, Union
 
 from ._core import ffi, lib
@@ -131,6 +132,9 @@ class PerLength:
         self.vocab = vocab
         self.optimizer = optimizer
         self._programs: Dict[int, _Compiled] = {}
+        # One run at a time: a program's C arrays are its own, and the
+        # runs let the GIL go (another thread's step would share them).
+        self._lock = threading.RLock()
 
     @property
     def lengths(self) -> List[int]:
@@ -181,9 +185,10 @@ class PerLength:
     def loss(self, ids: Sequence[int]) -> float:
         """The loss of one sequence of token ids (forward only)."""
         ids = self._ids(ids)
-        c = self._compiled(len(ids))
-        c.set_tokens(ids)
-        return lib.pg_program_forward(c.program)
+        with self._lock:
+            c = self._compiled(len(ids))
+            c.set_tokens(ids)
+            return lib.pg_program_forward(c.program)
 
     def step(self, ids: Sequence[int]) -> float:
         """One training step on a sequence of token ids: zero the grads,
@@ -191,14 +196,20 @@ class PerLength:
         if self.optimizer is None:
             raise TypeError("per_length was made without an optimizer: pass one to step()")
         ids = self._ids(ids)
-        c = self._compiled(len(ids))
-        opt = self.optimizer
-        c.set_tokens(ids)
-        opt.zero_grad()
-        loss = lib.pg_program_forward(c.program)
-        lib.pg_program_backward(c.program)
-        opt.step()
-        return loss
+        with self._lock:
+            c = self._compiled(len(ids))
+            opt = self.optimizer
+            c.set_tokens(ids)
+            opt.zero_grad()
+            loss = lib.pg_program_forward(c.program)
+            lib.pg_program_backward(c.program)
+            opt.step()
+            return loss
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a PerLength holds compiled C programs, which can't be pickled or "
+                        "copied: make one in the other process with per_length(loss_fn, "
+                        "vocab, optimizer)")
 
     def __repr__(self) -> str:
         return f"PerLength({getattr(self.loss_fn, '__name__', 'loss')}, vocab={self.vocab}, " \

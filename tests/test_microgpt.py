@@ -357,3 +357,33 @@ def test_a_trace_pauses_the_collector_and_gives_it_back_whatever_happens():
         gc.enable()
     with pytest.raises(TypeError):
         _call_paused(len)
+
+
+def test_threads_share_a_per_length_one_step_at_a_time():
+    import threading
+    _, params, _, train = compiled(steps=40)
+    errors = []
+
+    def work(k):
+        try:
+            for s in range(10):
+                train.step(DOCS[(k + s) % len(DOCS)])
+        except Exception as e:         # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and train.optimizer.steps == 40
+    assert all(math.isfinite(p.data) for p in params)
+
+
+def test_a_per_length_says_it_cant_be_pickled():
+    import copy
+    import pickle
+    _, _, _, train = compiled()
+    for attempt in (pickle.dumps, copy.deepcopy):
+        with pytest.raises(TypeError, match="can't be pickled"):
+            attempt(train)
