@@ -9,7 +9,7 @@ Each path is written as micrograd users write it, and run on
 ``pip install micrograd``) in this one process, alternating, each timing
 the median of several repeats.  The table gives pygrad's time over
 micrograd's (lower is better) and the target of issue 24; for the field
-paths, also the floor: a class holding a node (node memory, a bytes object)
+paths, also the floor: a class holding a node (node memory, a cffi pg_node)
 whose ``data``/``grad`` are properties around one cffi call each, the
 least a Value with its numbers in C costs; for the first ``_prev`` walk,
 what the first read of each node's ``_prev`` must make before any walking
@@ -50,9 +50,15 @@ _NODE_SIZE = _ffi.sizeof("pg_node")
 _new = object.__new__
 
 
+def _node_memory(size: int) -> Any:
+    """A node's memory, which Python owns and frees (a cffi pg_node): what
+    any cffi design must allocate per node."""
+    return _ffi.new("pg_node *")
+
+
 def floor_node(x: float) -> Any:
     """A leaf node in memory Python owns, as pygrad's own leaves are."""
-    node = bytes(_NODE_SIZE)
+    node = _node_memory(_NODE_SIZE)
     _lib.pg_leaf(node, x)
     return node
 
@@ -91,38 +97,35 @@ class FloorValue:
 
 class FloorLeafValue:
     """A Value made for a node that has none (a number's leaf, met by the
-    first ``_prev`` read of its parent): an object holding the node's keep,
-    its pointer and the keep above it."""
+    first ``_prev`` read of its parent): an object holding its parent (which
+    holds the node) and the child's address."""
 
-    __slots__ = ("_pg_keep",)
-    _pg_keep: tuple
+    __slots__ = ("_parent", "_node")
 
 
 def floor_first_walk(values: List[Any]) -> Callable[[], Any]:
     """What bounds the first ``_prev`` walk, over pygrad's own Values: for
     each node, the set of its children made from the operands its Value
     holds, and for a child without a Value (a number's leaf) a new
-    FloorLeafValue over its pointer (one call: ``pg_kid``).  Which child
-    that is was found beforehand; no walking is counted."""
-    kid = _lib.pg_kid
+    FloorLeafValue over it (one call: ``pg_kid_addr``).  Which child that
+    is was found beforehand; no walking is counted."""
+    kid, node_of = _lib.pg_kid_addr, _lib.pg_node_addr
     records = []
     for v in values:
-        keep = v._pg_keep
-        kids = [_lib.pg_kid(keep[0], i) for i in range(_lib.pg_nkids(keep[0]))]
-        node_of = _lib.pg_node_ptr
+        kids = [kid(id(v), i) for i in range(_lib.pg_nkids_v(id(v)))]
         operands = tuple({id(x): x for x in (v._pg_a, v._pg_b)
-                          if isinstance(x, pygrad.Value) and node_of(x._pg_keep[0]) in kids}.values())
-        held = {node_of(x._pg_keep[0]) for x in operands}
+                          if isinstance(x, pygrad.Value) and node_of(id(x)) in kids}.values())
+        held = {node_of(id(x)) for x in operands}
         missing = tuple(i for i, p in enumerate(kids) if p not in held)
-        records.append((operands, missing, keep))
+        records.append((operands, missing, v))
 
     def make() -> Any:
         made = []
-        for operands, missing, keep in records:
+        for operands, missing, v in records:
             kids: Set[Any] = set(operands)
             for i in missing:
                 leaf = _new(FloorLeafValue)
-                leaf._pg_keep = (kid(keep[0], i), keep)
+                leaf._parent, leaf._node = v, kid(id(v), i)
                 kids.add(leaf)
             made.append(kids)
         return made
@@ -140,12 +143,12 @@ class FloorCustomValue(FloorValue):
 
 def floor_custom() -> Callable[[], Any]:
     """The custom-op path with only what any cffi design must do: the new
-    node's memory (a bytes object) and one call into C that fills it, and one
+    node's memory (a cffi pg_node) and one call into C that fills it, and one
     call (a node pointer, as resuming the sweep takes) at each closure; the
     closures run in Python, reading and writing through FloorValue's
     properties.  The nodes are leaves: C links no children."""
     import math
-    alloc, leaf, resume = bytes, _lib.pg_leaf, _lib.pg_flags
+    alloc, leaf, resume = _node_memory, _lib.pg_leaf, _lib.pg_flags
 
     def tanh(x: Any) -> Any:
         t = math.tanh(x.data)
