@@ -21,6 +21,10 @@ Every row is ns per op, the median of --repeats timings of a loop of
   kept, GC on/off   a 200,000-op chain kept alive (x = x * b), with the
                     cyclic collector on and off: its walks over the kept,
                     tracked Values are the rest of the eager cost
+  .data read, update  microgpt's Adam loop reads and writes each parameter:
+                    ``v.data`` read, and ``p.data -= lr * p.grad; p.grad =
+                    0``, on pygrad and on the microgpt-style Value (ns per
+                    read, per parameter)
 """
 import argparse
 import gc
@@ -99,7 +103,25 @@ def loops() -> Dict[str, Callable[[], None]]:
                 z = z * y
         return run
 
-    return {"a * b": dropped, "a.__mul__(b)": dunder, "make(Value, a, b)": op_function,
+    def reads(v: object) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(N):
+                v.data
+        return run
+
+    def updates(ps: list) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(N // len(ps)):
+                for p in ps:
+                    p.data -= 0.001 * p.grad
+                    p.grad = 0
+        return run
+
+    params = [Value(0.5) for _ in range(100)]
+    mparams = [MicrogptStyle(0.5) for _ in range(100)]
+    return {".data read, pygrad": reads(a), ".data read, microgpt-style": reads(m),
+            "update loop, pygrad": updates(params), "update loop, microgpt-style": updates(mparams),
+            "a * b": dropped, "a.__mul__(b)": dunder, "make(Value, a, b)": op_function,
             "object.__new__(Value)": creation, "floor (slotted Python object)": floor,
             "microgpt-style Value": microgpt_style,
             "kept chain, pygrad": chain(a, b), "kept chain, microgpt-style": chain(m, n)}
