@@ -235,6 +235,10 @@ uint32_t pg_program_size(const pg_program *p);
  * Off, only the leaves' grads are written, for a program whose interior
  * nodes no Value shows (pygrad/token_programs.py). */
 void pg_program_write_back(pg_program *p, int on);
+/* How many of the program's leaves have any of `flags` and are not among
+ * known[0..nknown) (PG_E_ARG: no program; PG_E_NOMEM). */
+int64_t pg_program_foreign_leaves(const pg_program *p, int flags, pg_node *const *known,
+                                  uint32_t nknown);
 void pg_program_clear(pg_program *p);
 
 /* Batched replay (Program.map; csrc/batch.c): the graph below the outputs,

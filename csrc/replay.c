@@ -232,6 +232,29 @@ void pg_program_backward(pg_program *p) {
 
 uint32_t pg_program_size(const pg_program *p) { return (uint32_t)p->n; }
 
+static int by_address(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)*(pg_node *const *)a, y = (uintptr_t)*(pg_node *const *)b;
+    return (x > y) - (x < y);
+}
+
+int64_t pg_program_foreign_leaves(const pg_program *p, int flags, pg_node *const *known,
+                                  uint32_t nknown) {
+    const flat *f = p != NULL ? p->impl : NULL;
+    if (f == NULL || (nknown > 0 && known == NULL)) return PG_E_ARG;
+    pg_node **sorted = pg_malloc(((size_t)nknown + 1) * sizeof *sorted);
+    if (sorted == NULL) return PG_E_NOMEM;
+    if (nknown > 0) memcpy(sorted, known, (size_t)nknown * sizeof *sorted);
+    qsort(sorted, nknown, sizeof *sorted, by_address);
+    int64_t n = 0;
+    for (size_t j = 0; j < f->nleaves; j++) {
+        pg_node *leaf = f->leaf_node[j];
+        if ((leaf->flags & flags) && bsearch(&leaf, sorted, nknown, sizeof *sorted, by_address) == NULL)
+            n++;
+    }
+    free(sorted);
+    return n;
+}
+
 void pg_program_write_back(pg_program *p, int on) {
     flat *f = p != NULL ? p->impl : NULL;
     if (f != NULL) f->run.node = on ? f->step_node : NULL;

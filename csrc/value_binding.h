@@ -36,6 +36,9 @@
 /* An op's number operand did not convert to a double (an int too large):
  * Python takes its slower path, which raises the right error. */
 #define PG_E_NUMBER -6
+/* An op's number operand is no float or int (Python converts the others
+ * before calling: the op functions refuse them). */
+#define PG_E_NOT_A_NUMBER -7
 
 /* -- node objects (rule 1) ------------------------------------------------- */
 
@@ -187,9 +190,24 @@ static PyObject *no_node(void) {
     return NULL;
 }
 
+/* Nonzero while this thread traces a loss into programs (call_tracing,
+ * below): any number read then, or written, would be baked into (or left
+ * out of) every later run of the program. */
+static _Thread_local int tracing;
+
+static PyObject *traced_number(const char *which, int writing) {
+    PyErr_Format(PyExc_ValueError,
+                 "v.%s was %s while pygrad.per_length traces the loss: that happens once, "
+                 "not on every run of the program.  Keep such numbers in the graph (for a "
+                 "softmax's max(v.data for v in xs) shift: pygrad.detached_max(xs)), and read "
+                 "or set them outside the loss function", which, writing ? "set" : "read");
+    return NULL;
+}
+
 static PyObject *get_number(PyObject *self, void *which) {
     pg_node *n = ((pg_valueobj *)self)->node;
     if (n == NULL) return no_node();
+    if (tracing) return traced_number(which != NULL ? "grad" : "data", 0);
     if (n->flags & PG_F_TRACED) {
         /* (a traced program's input, or made from one: pg_set_traced) */
         PyErr_Format(PyExc_ValueError,
@@ -205,6 +223,10 @@ static PyObject *get_number(PyObject *self, void *which) {
 
 static int set_number(PyObject *self, PyObject *x, void *which) {
     const char *name = which != NULL ? "grad" : "data";
+    if (tracing) {
+        traced_number(name, 1);
+        return -1;
+    }
     if (x == NULL) {
         PyErr_Format(PyExc_AttributeError, "a pygrad.Value's %s can't be deleted: set a number",
                      name);
@@ -393,10 +415,16 @@ static int all_values(PyObject *t, uint32_t n) {
 
 /* -- the op path ------------------------------------------------------------ */
 
-/* The number operand k of an op, as float(k) makes it; 0 if it has none. */
+/* The number operand k of an op, a float or an int, as float(k) makes it:
+ * 1; 0 for an int too large for a double; -1 for anything else. */
 static int number_of(PyObject *k, double *d) {
-    *d = PyFloat_AsDouble(k);
-    if (*d == -1.0 && PyErr_Occurred()) {
+    if (PyFloat_CheckExact(k)) {
+        *d = PyFloat_AsDouble(k);
+        return 1;
+    }
+    if (!PyLong_CheckExact(k)) return -1;        /* (Python converts the others) */
+    *d = PyLong_AsDouble(k);
+    if (*d == -1.0 && PyErr_Occurred()) {        /* an int too large: OverflowError */
         PyErr_Clear();
         return 0;
     }
@@ -426,7 +454,8 @@ static int32_t make_op_number(PyObject *out, int op, int k_first, PyObject *a, P
     pg_node *na = value_node(a);
     double k;
     if (na == NULL || !fresh(out)) return PG_E_ARG;
-    if (!number_of(kobj, &k)) return PG_E_NUMBER;
+    int got = number_of(kobj, &k);
+    if (got <= 0) return got == 0 ? PG_E_NUMBER : PG_E_NOT_A_NUMBER;
     pg_nodeobj *x = new_nodeobj(2, 1, 0);
     if (x == NULL) return PG_E_NOMEM;
     hold(x, 0, a);
@@ -444,7 +473,8 @@ static int32_t make_powk(PyObject *out, int k_is_int, PyObject *a, PyObject *kob
     pg_node *na = value_node(a);
     double k;
     if (na == NULL || !fresh(out)) return PG_E_ARG;
-    if (!number_of(kobj, &k)) return PG_E_NUMBER;
+    int got = number_of(kobj, &k);
+    if (got <= 0) return got == 0 ? PG_E_NUMBER : PG_E_NOT_A_NUMBER;
     pg_nodeobj *x = new_nodeobj(1, 1, 0);
     if (x == NULL) return PG_E_NOMEM;
     hold(x, 0, a);
@@ -519,6 +549,11 @@ static PyObject *op_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         return Py_None;
     }
     if (rc == PG_E_NOMEM) return PyErr_NoMemory();
+    if (rc == PG_E_NOT_A_NUMBER) {
+        PyErr_SetString(PyExc_TypeError, "pygrad: an op function's number operand must be a "
+                        "float or an int (the operators convert other numbers first)");
+        return NULL;
+    }
     PyErr_SetString(PyExc_TypeError,
                     "pygrad: an operand has no node (a Value whose __init__ never ran): make "
                     "Values with Value(data), or from other Values' operators");
@@ -544,21 +579,22 @@ static PyMethodDef op_call_tuple_def = {"pygrad_op", (PyCFunction)op_call_tuple,
                                         "Make an op's Value (pygrad/engine.py)."};
 
 /*
- * call_paused(fn, arg): fn(arg) with the cyclic collector paused, as one C
- * call (pygrad/token_programs.py traces a model with it: a trace makes a
- * whole graph of Values that all live until it is compiled, which the
- * collector would walk again and again to find no garbage).  Being one
- * call, nothing can stop it between pausing and resuming: a Ctrl-C or an
- * exception in fn propagates after the collector is back as it was.
+ * call_tracing(fn, arg): fn(arg) while this thread traces
+ * (pygrad/token_programs.py): its numbers can't be read or set (`tracing`,
+ * above), and the cyclic collector is paused (a trace makes a whole graph
+ * of Values that all live until it is compiled, which the collector would
+ * walk again and again to find no garbage).  Being one C call, nothing can
+ * stop it between setting both and putting them back: a Ctrl-C or an
+ * exception in fn propagates after they are as they were.
  */
 static PyObject *gc_call(PyObject *gc, const char *name) {
     return PyObject_CallMethod(gc, name, NULL);
 }
 
-static PyObject *call_paused(PyObject *self, PyObject *args) {
+static PyObject *call_tracing(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *fn, *arg;
-    if (!PyArg_UnpackTuple(args, "call_paused", 2, 2, &fn, &arg)) return NULL;
+    if (!PyArg_UnpackTuple(args, "call_tracing", 2, 2, &fn, &arg)) return NULL;
     PyObject *gc = PyImport_ImportModule("gc");
     PyObject *was = gc != NULL ? gc_call(gc, "isenabled") : NULL;
     int on = was != NULL ? PyObject_IsTrue(was) : -1;
@@ -569,7 +605,10 @@ static PyObject *call_paused(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_XDECREF(off);
+    int outer = tracing;
+    tracing = 1;
     PyObject *r = PyObject_CallFunctionObjArgs(fn, arg, NULL);
+    tracing = outer;
     if (on == 1) {
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);           /* fn's error, if any, kept */
@@ -587,8 +626,8 @@ static PyObject *call_paused(PyObject *self, PyObject *args) {
     return r;
 }
 
-static PyMethodDef call_paused_def = {"call_paused", call_paused, METH_VARARGS,
-                                      "fn(arg) with the cyclic collector paused."};
+static PyMethodDef call_tracing_def = {"call_tracing", call_tracing, METH_VARARGS,
+                                       "fn(arg) traced: numbers unreadable, collector paused."};
 
 /* Append to list `out` a builtin function of def, with self (NULL or an
  * object, which it holds): 0, or -1 (nothing appended, nothing raised). */
@@ -604,8 +643,8 @@ static int append_function(uintptr_t out, PyMethodDef *def, PyObject *self) {
     return 0;
 }
 
-static int pg_call_paused_function(uintptr_t out) {
-    return append_function(out, &call_paused_def, NULL);
+static int pg_call_tracing_function(uintptr_t out) {
+    return append_function(out, &call_tracing_def, NULL);
 }
 
 /* Append to list out the op function of (op, form) (fastcall: the
@@ -936,6 +975,15 @@ static int pg_operands_are_kids(uintptr_t value) {
     if (n == 0 || n > 2 || value_node(v->a) != pg_kid(v->node, 0)) return 0;
     if (n == 1) return v->b == v->a ? 1 : 0;
     return value_node(v->b) == pg_kid(v->node, 1) ? 2 : 0;
+}
+
+/* How many of program p's leaves are traced inputs (PG_F_TRACED) that are
+ * not among the nodes of node list `inputs`: another trace's inputs, which
+ * a Value kept from that trace brought in (pg_program_foreign_leaves). */
+static int64_t pg_program_foreign_inputs_l(pg_program *p, uintptr_t inputs) {
+    pg_listobj *l = as_list((PyObject *)inputs);
+    if (l == NULL) return PG_E_ARG;
+    return pg_program_foreign_leaves(p, PG_F_TRACED, list_nodes(l), l->n);
 }
 
 /* Mark leaf Value v a traced program's input (PG_F_TRACED). */

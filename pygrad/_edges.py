@@ -60,6 +60,10 @@ class LocalGrads(_PerChild):
     is a Python closure, so it has none: AttributeError."""
 
     def read(self, v: Any, n: int) -> Tuple[float, ...]:
+        try:
+            v.data    # (refused while a loss is traced, or made from traced inputs)
+        except ValueError as e:
+            raise ValueError(str(e).replace("v.data", "v._local_grads", 1)) from None
         out = _alloc("double[]", n)
         rc = lib.pg_local_grads_v(id(v), out, n)
         if rc == lib.PG_E_NOMEM:

@@ -339,7 +339,7 @@ class Value(_ValueBase):
 
     def __init__(self, data: Any, _children: Iterable["Value"] = (),
                  _op: "Union[str, Iterable[float]]" = "", label: str = "") -> None:
-        if not _children and _op == "":      # a leaf: the common case
+        if type(_op) is str and _op == "" and _no_children(_children):   # a leaf: the common case
             if type(data) is not float:
                 data = _leaf_number(data)
             rc = _pg_leaf_v(id(self), data)
@@ -530,6 +530,17 @@ def _not_fresh(v: Any, rc: int) -> None:
         raise TypeError("a pygrad.Value is initialised once: make a new Value instead")
     raise TypeError("this pygrad.Value has no node: its __init__ never ran (make Values "
                     "with Value(data), or from other Values' operators)")
+
+
+def _no_children(children: Any) -> bool:
+    """Whether ``Value(x, children)`` makes a leaf: children is empty (a
+    sized container; a numpy array too, whose truth is ambiguous)."""
+    if type(children) is tuple or type(children) is list:
+        return not children
+    try:
+        return len(children) == 0
+    except TypeError:               # an iterator: made a node, as micrograd's set() of it
+        return False
 
 
 def _leaf_number(data: Any) -> float:

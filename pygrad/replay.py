@@ -391,10 +391,11 @@ def _describe(node: Any, outputs: Tuple[Value, ...]) -> str:
                 "graph each step and call backward() on it, or do what the hook does "
                 "between backward() and the optimizer's step")
     if op == lib.PG_OP_FUNCTION:
-        return (f"the graph has a pygrad.Function node ({name}); its gradients were "
-                "captured when it was made, so it can't be replayed. Rebuild the graph "
-                "each step and call backward() on it, or write the function with pygrad's "
-                "ops, which compile")
+        return (f"the graph has a node whose local gradients were captured when it was "
+                f"made ({name}): a pygrad.Function, or a Value made as Value(data, children, "
+                "local_grads), microgpt's way; it can't be replayed. Rebuild the graph each "
+                "step and call backward() on it, or write the op with pygrad's ops (+, *, "
+                "exp, ...), which compile")
     return (f"the graph has a node made in Python ({name}, made by Value(x, children, op)); "
             "its value and backward are Python's, so it can't be replayed. Rebuild the "
             "graph each step and call backward() on it, or write the op with pygrad's ops "

@@ -20,10 +20,11 @@ varies between documents must be an input of the program:
   eagerly (sampling) and traced;
 - **lengths** pick the program: one per number of tokens, compiled the
   first time that length comes, then replayed;
-- **numbers that depend on a token** (``v.data``, ``v.grad`` of a Value
-  made from a Token's inputs) can't be read: a float read while tracing
-  would be baked into every later run.  A softmax's max shift stays in the
-  graph as ``detached_max``.
+- **numbers** can't be read or set while the loss is traced (any
+  ``v.data``, ``v.grad``): that would happen once, not on every run.  A
+  softmax's max shift stays in the graph as ``detached_max``.  A Value
+  made from a Token's inputs can't be read afterwards either, nor used in
+  another trace (csrc/pygrad.h, PG_F_TRACED).
 
 The programs hold C nodes only (no Python Value), so the collector never
 walks them.  Each step runs in C: forward, backward, and the optimizer's
@@ -42,16 +43,17 @@ from .replay import check_compile
 __all__ = ["Token", "embed", "pick", "detached_max", "per_length", "PerLength"]
 
 
-def _made_call_paused() -> Callable[[Callable[[Any], Any], Any], Any]:
+def _made_call_tracing() -> Callable[[Callable[[Any], Any], Any], Any]:
     out: list = []
-    if lib.pg_call_paused_function(id(out)):
-        raise MemoryError("pygrad: out of memory making call_paused")
+    if lib.pg_call_tracing_function(id(out)):
+        raise MemoryError("pygrad: out of memory making call_tracing")
     return out[0]
 
 
-# fn(arg) with the cyclic collector paused: a trace's Values all live until
-# it is compiled, and the collector would walk them again and again.
-_call_paused = _made_call_paused()
+# fn(arg) as a trace: no number can be read or set, and the cyclic collector
+# is paused (a trace's Values all live until it is compiled, and the
+# collector would walk them again and again): csrc/value_binding.h.
+_call_tracing = _made_call_tracing()
 
 
 class Token:
@@ -64,9 +66,15 @@ class Token:
     def __init__(self, onehot: "List[Value]") -> None:
         self.onehot = onehot
 
-    def __index__(self) -> int:
-        raise TypeError("a token is a program input while pygrad traces, not an int: pick "
-                        "with pygrad.embed(table, token) or pygrad.pick(values, token)")
+    def _no_number(self, *args: Any) -> Any:
+        raise TypeError("a token is a program input while pygrad traces, not an int: it "
+                        "can't index, compare or branch (the program would keep the first "
+                        "sequence's choice); pick with pygrad.embed(table, token) or "
+                        "pygrad.pick(values, token)")
+
+    __index__ = __int__ = __float__ = __bool__ = _no_number
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _no_number
+    __hash__ = object.__hash__
 
     def __repr__(self) -> str:
         return f"Token(one of {len(self.onehot)}, traced)"
@@ -154,11 +162,8 @@ class PerLength:
     def _compiled(self, n: int) -> _Compiled:
         c = self._programs.get(n)
         if c is None:
-            # Traced, compiled and its Values dropped with the collector
-            # paused (csrc/value_binding.h, call_paused): they all live
-            # till the end, and the collector would walk them again and
-            # again to find no garbage.
-            c = self._programs[n] = _call_paused(self._trace, n)
+            # Traced, compiled and its Values dropped in one call_tracing
+            c = self._programs[n] = _call_tracing(self._trace, n)
         return c
 
     def _trace(self, n: int) -> _Compiled:
@@ -176,11 +181,21 @@ class PerLength:
         rc = lib.pg_compile_v(id(loss), program, bad)
         if rc:
             check_compile(rc, bad[0], (loss,))
+        inputs = pack(leaves)
+        nodes = inputs.nodes         # (held by a name for the call)
+        foreign = lib.pg_program_foreign_inputs_l(program, id(nodes))
+        if foreign:
+            if foreign == lib.PG_E_NOMEM:
+                raise MemoryError("pygrad: out of memory checking a traced program")
+            raise ValueError(f"per_length: the loss of {n} tokens uses {foreign} input(s) of "
+                             "another trace (a Value made from tokens, kept from an earlier "
+                             "call of the loss function or another per_length): make every "
+                             "Value from this call's tokens")
         # The program holds its nodes (C), and the pack the inputs' nodes:
         # the traced Values go now, and no Value shows an interior node, so
         # the program need not write their numbers back.
         lib.pg_program_write_back(program, 0)
-        return _Compiled(program, pack(leaves), self.vocab)
+        return _Compiled(program, inputs, self.vocab)
 
     def loss(self, ids: Sequence[int]) -> float:
         """The loss of one sequence of token ids (forward only)."""

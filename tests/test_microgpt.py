@@ -231,13 +231,58 @@ def test_reading_data_while_tracing_raises_and_says_what_to_change():
     P, _, _, _ = compiled()
     baked = pygrad.per_length(lambda toks: mg.sequence_loss(P, SHAPE, mg.Picks(
         row=pygrad.embed, item=pygrad.pick, shift=mg.AS_MICROGPT.shift), toks), SHAPE.vocab)
-    with pytest.raises(ValueError, match=r"v\.data was read from a Value that depends on a "
-                                         r"traced program's input.*detached_max"):
+    with pytest.raises(ValueError, match=r"v\.data was read while pygrad.per_length traces "
+                                         r"the loss.*detached_max"):
         baked.loss([1, 2, 3])
     assert baked.lengths == []
-    assert P["tokens"][0][0].data == P["tokens"][0][0].data     # parameters read as ever
+    p = P["tokens"][0][0]
+    for touch in (lambda: p.data, lambda: p.grad, lambda: setattr(p, "data", 1.0),
+                  lambda: setattr(p, "grad", 0)):
+        # a parameter's number too: read or set once, not on every run
+        with pytest.raises(ValueError, match="traces the loss"):
+            pygrad.per_length(lambda toks, t=touch: t() or pygrad.pick(column(P, 0), toks[1]),
+                              SHAPE.vocab).loss([1, 2])
+    assert p.data == p.data and p.grad == 0.0          # and outside, as ever
     x = pygrad.embed(P["tokens"], pygrad.Token(pygrad._node_factory.make_leaves([0.0] * SHAPE.vocab)))
     assert x[0].data == 0.0          # a Token made by hand is no traced input
+
+
+def column(P, j):
+    """One Value per token id: column j of the output layer."""
+    return [row[j] for row in P["out"]]
+
+
+def test_a_value_kept_from_a_trace_can_neither_be_read_nor_reused():
+    P, _, _, _ = compiled()
+    kept = {}
+
+    def loss(toks):
+        kept.setdefault("x", pygrad.pick(column(P, 0), toks[0]))
+        return kept["x"] * pygrad.pick(column(P, 1), toks[-1])
+
+    train = pygrad.per_length(loss, SHAPE.vocab)
+    assert train.loss([2, 3]) == P["out"][2][0].data * P["out"][3][1].data
+    with pytest.raises(ValueError, match="depends on a traced program's input"):
+        kept["x"].data
+    with pytest.raises(ValueError, match="depends on a traced program's input"):
+        kept["x"]._local_grads
+    assert repr(kept["x"]) == "Value(traced)"
+    with pytest.raises(ValueError, match="7 input.*of another trace"):
+        train.loss([2, 3, 4])          # the kept Value belongs to the 2-token trace
+    other = pygrad.per_length(lambda toks: kept["x"] * 1.0, SHAPE.vocab)
+    with pytest.raises(ValueError, match="another trace"):
+        other.loss([0, 1])
+
+
+@pytest.mark.parametrize("use", [lambda t: t == 0, lambda t: t != 1, lambda t: t < 2,
+                                 lambda t: bool(t), lambda t: int(t), lambda t: [5, 6][t],
+                                 lambda t: 3 in [t]])
+def test_tokens_cant_be_compared_or_branched_on(use):
+    P, _, _, _ = compiled()
+    loss = pygrad.per_length(lambda toks: use(toks[0]) or pygrad.pick(column(P, 0), toks[1]),
+                             SHAPE.vocab)
+    with pytest.raises(TypeError, match="can't index, compare or branch"):
+        loss.loss([0, 1])
 
 
 def test_tokens_are_no_ints_while_tracing():
@@ -246,6 +291,7 @@ def test_tokens_are_no_ints_while_tracing():
                                  SHAPE.vocab)
     with pytest.raises(TypeError, match="pygrad.embed"):
         as_index.loss([1, 2])
+    assert len({pygrad.Token([]), pygrad.Token([])}) == 2       # hashed by identity
 
 
 @pytest.mark.parametrize("ids, match", [([], "no tokens"), ([0, SHAPE.vocab], "range"),
@@ -338,9 +384,9 @@ def test_programs_hold_no_values_for_the_collector():
 
 
 def test_a_trace_pauses_the_collector_and_gives_it_back_whatever_happens():
-    from pygrad.token_programs import _call_paused
+    from pygrad.token_programs import _call_tracing
     seen = []
-    assert _call_paused(lambda x: seen.append(gc.isenabled()) or x * 2, 21) == 42
+    assert _call_tracing(lambda x: seen.append(gc.isenabled()) or x * 2, 21) == 42
     assert seen == [False] and gc.isenabled()
 
     def interrupted(_):
@@ -351,12 +397,45 @@ def test_a_trace_pauses_the_collector_and_gives_it_back_whatever_happens():
     assert gc.isenabled()
     gc.disable()
     try:
-        assert _call_paused(lambda x: gc.isenabled(), None) is False
+        assert _call_tracing(lambda x: gc.isenabled(), None) is False
         assert not gc.isenabled()            # left as it was: off
     finally:
         gc.enable()
     with pytest.raises(TypeError):
-        _call_paused(len)
+        _call_tracing(len)
+
+
+def test_op_functions_take_floats_and_ints_only():
+    make_k = pygrad.engine._op_function(lib.PG_OP_MUL, lib.PG_FORM_K)
+    v = pygrad.Value(2.0)
+    assert make_k(pygrad.Value, v, 3).data == 6.0 and make_k(pygrad.Value, v, 0.5).data == 1.0
+    assert make_k(pygrad.Value, v, 10 ** 400) is None      # (the operator's slow path says why)
+
+    class Loud:
+        def __float__(self):
+            raise KeyboardInterrupt
+
+    for bad in ("x", 1j, v, Loud(), True):
+        with pytest.raises(TypeError, match="must be a float or an int"):
+            make_k(pygrad.Value, v, bad)
+    assert (v * True).data == 2.0 and (v * 10 ** 0).data == 2.0
+
+
+def test_children_given_as_a_numpy_array():
+    np = pytest.importorskip("numpy")
+    a, b = pygrad.Value(1.0), pygrad.Value(2.0)
+    for engine in (pygrad, reference):
+        a, b = engine.Value(1.0), engine.Value(2.0)
+        out = engine.Value(1.0, np.array([a, b], dtype=object), (1.0, 2.0))
+        out.backward()
+        assert (a.grad, b.grad) == (1.0, 2.0)
+        assert engine.Value(3.0, np.array([], dtype=object))._prev == set()
+
+
+def test_compile_names_microgpts_nodes():
+    a = pygrad.Value(1.0)
+    with pytest.raises(ValueError, match=r"Value\(data, children, local_grads\)"):
+        pygrad.compile(pygrad.Value(2.0, (a,), (3.0,)) * 2)
 
 
 def test_threads_share_a_per_length_one_step_at_a_time():
