@@ -4,8 +4,8 @@ setup.py names it in ``cffi_modules``; it compiles ``csrc/*.c`` into the
 extension module ``pygrad._core``.  The cdef is read from the public header
 ``csrc/pygrad.h`` (between its cdef markers) and the op codes from
 ``csrc/ops.def``, so nothing is declared twice.  The module's preamble
-adds the C half of Value's op path (``csrc/value_binding.h``, the only C
-that touches Python objects) and each op's entry point into it.  This
+adds the C half of Value (``csrc/value_binding.h``, the only C that
+touches Python objects), whose op functions each operator calls.  This
 script lives beside the C sources, not in ``pygrad/``, so that the wheel
 does not ship it.
 
@@ -66,13 +66,13 @@ def entry_points() -> "list[str]":
 
 
 # The C half of Value (csrc/value_binding.h says how it works): node
-# objects, Value's C base, and the calls that take Values by id().
+# objects, Value's C base, the calls that take Values by id(), and the
+# makers of the builtins the operators call (op functions, call_tracing).
 BINDING_CDEF = """
 #define PG_E_NUMBER -6
 #define PG_E_NOT_A_NUMBER -7
 int pg_binding_init(uintptr_t out, uintptr_t converter);
 int32_t pg_leaf_v(uintptr_t value, double data);
-int32_t pg_powk_v(uintptr_t made, int k_is_int);
 int pg_op_function(uintptr_t out, int op, int form, int fastcall);
 int pg_call_tracing_function(uintptr_t out);
 int64_t pg_program_foreign_inputs_l(pg_program *p, uintptr_t inputs);
@@ -127,27 +127,6 @@ int32_t pg_adam_step_l(uintptr_t list, double lr, double beta1, double beta2, do
 """
 
 
-def binding_entry_points() -> "tuple[str, str]":
-    """The `_v` entry point of each op (cdef, and C for the preamble):
-    pg_binary_<CODE>_v(made) for made = (out, a, b), its _k_ and _rk_
-    forms for made = (out, a, k) with k a number, and
-    pg_unary_<CODE>_v(made) for made = (out, a)."""
-    decls, source = [], []
-    for code, _, arity in op_codes():
-        if arity == 2:
-            forms = [(f"pg_binary_{code}", f"op_values(made, PG_OP_{code}, 2)"),
-                     (f"pg_binary_k_{code}", f"op_number(made, PG_OP_{code}, 0)"),
-                     (f"pg_binary_rk_{code}", f"op_number(made, PG_OP_{code}, 1)")]
-        elif arity == 1 and code != "POWK":
-            forms = [(f"pg_unary_{code}", f"op_values(made, PG_OP_{code}, 1)")]
-        else:
-            continue
-        for name, call in forms:
-            decls.append(f"int32_t {name}_v(uintptr_t made);")
-            source.append(f"static int32_t {name}_v(uintptr_t made) {{ return {call}; }}")
-    return "\n".join(decls) + "\n", "\n".join(source) + "\n"
-
-
 # PYGRAD_TEST_HOOKS=1 builds a test core: one with the fault-injection hooks
 # of csrc/test_hooks.h (.ci/sanitize and .ci/valgrind build one).
 TEST_HOOKS = os.environ.get("PYGRAD_TEST_HOOKS") == "1"
@@ -182,7 +161,7 @@ def cdef_source(test_hooks: bool = TEST_HOOKS) -> str:
     # The node's size and its two number fields (the rest is C's: "...").
     node = "typedef struct pg_node { double data; double grad; ...; } pg_node;\n"
     return ("\n".join(defines) + "\n" + node + hide_holds(_cdef_part("pygrad.h")) + hooks
-            + "\n".join(entry_points()) + "\n" + BINDING_CDEF + binding_entry_points()[0])
+            + "\n".join(entry_points()) + "\n" + BINDING_CDEF)
 
 
 # The core compiles without a warning under these (.ci/warnings adds -Werror).
@@ -266,7 +245,7 @@ ffibuilder.set_source(
     f'static const char *pg_build_stamp(void) {{ return "{source_stamp()}"; }}\n'
     # the binding calls the core's functions themselves; cffi's wrappers of
     # those in RELEASES_GIL call twins that let the GIL go (after it)
-    + '#include "value_binding.h"\n' + binding_entry_points()[1] + gil_source(cdef_source()),
+    + '#include "value_binding.h"\n' + gil_source(cdef_source()),
     sources=[os.path.relpath(os.path.join(CSRC, f), ROOT)
              for f in sorted(os.listdir(CSRC)) if f.endswith(".c")],
     # an edited header or ops.def rebuilds the core (every .c includes them)

@@ -482,27 +482,6 @@ static int32_t make_powk(PyObject *out, int k_is_int, PyObject *a, PyObject *kob
     return give(out, x, obj_nodes(x), a, a);
 }
 
-/* The id() entry points: made = (out, a, b), (out, a) or (out, a, k). */
-static int unpack_made(uintptr_t made, Py_ssize_t n, PyObject **items) {
-    PyObject *t = (PyObject *)made;
-    if (!PyTuple_Check(t) || PyTuple_Size(t) != n) return 0;
-    for (Py_ssize_t i = 0; i < n; i++) items[i] = PyTuple_GetItem(t, i);
-    return 1;
-}
-static int32_t op_values(uintptr_t made, int op, int arity) {
-    PyObject *m[3];
-    if (!unpack_made(made, arity + 1, m)) return PG_E_ARG;
-    return make_op(m[0], op, arity, m[1], arity == 2 ? m[2] : m[1]);
-}
-static int32_t op_number(uintptr_t made, int op, int k_first) {
-    PyObject *m[3];
-    return unpack_made(made, 3, m) ? make_op_number(m[0], op, k_first, m[1], m[2]) : PG_E_ARG;
-}
-static int32_t pg_powk_v(uintptr_t made, int k_is_int) {
-    PyObject *m[3];
-    return unpack_made(made, 3, m) ? make_powk(m[0], k_is_int, m[1], m[2]) : PG_E_ARG;
-}
-
 /*
  * The op functions: builtins that Value's operator methods call as
  * make(cls, a, b) (or make(cls, a) for a unary op) and that return the new
