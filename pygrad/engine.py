@@ -32,7 +32,7 @@ __all__ = ["Value", "settle"]
 _new = object.__new__
 _NULL = ffi.NULL
 _pg_leaf_v = lib.pg_leaf_v
-_E_NUMBER, _E_ARG, _E_BUSY = lib.PG_E_NUMBER, lib.PG_E_ARG, lib.PG_E_BUSY
+_E_ARG, _E_BUSY = lib.PG_E_ARG, lib.PG_E_BUSY
 
 
 def _convert(x: Any, name: str) -> float:
