@@ -13,6 +13,7 @@ The core carries a stamp of the sources it was built from
 (``lib.pg_build_stamp()``): the tests refuse a core whose stamp differs
 from ``source_stamp()`` of the tree they sit in (tests/conftest.py).
 """
+import ast
 import hashlib
 import os
 import re
@@ -37,14 +38,109 @@ def op_codes() -> "list[tuple[str, str, int]]":
             for m in re.finditer(r'^PG_OP\((\w+),\s*"([^"]*)",\s*(-?\d+),', _read("ops.def"), re.M)]
 
 
+# The one statement of every plain op's rules (pygrad/op_rules.py: data
+# only, read here without importing pygrad, whose core isn't built yet).
+OP_RULES = os.path.join(ROOT, "pygrad", "op_rules.py")
+GENERATED = os.path.join(ROOT, "build", "generated")
+
+
 def source_stamp() -> str:
     """A hash of everything the core is built from: every file in csrc/
-    (C sources, headers, ops.def and this script)."""
+    (C sources, headers, ops.def and this script) and pygrad/op_rules.py."""
     digest = hashlib.sha256()
-    for name in sorted(os.listdir(CSRC)):
-        if name.endswith((".c", ".h", ".def", ".py")):
-            digest.update(name.encode() + b"\0" + open(os.path.join(CSRC, name), "rb").read())
+    paths = [os.path.join(CSRC, name) for name in sorted(os.listdir(CSRC))
+             if name.endswith((".c", ".h", ".def", ".py"))] + [OP_RULES]
+    for path in paths:
+        digest.update(os.path.basename(path).encode() + b"\0" + open(path, "rb").read())
     return digest.hexdigest()[:16]
+
+
+def op_rules() -> dict:
+    """pygrad/op_rules.py's tables."""
+    table: dict = {}
+    with open(OP_RULES, encoding="utf-8") as f:
+        exec(compile(f.read(), OP_RULES, "exec"), table)
+    return table
+
+
+# C's name for a function of the rules, where it is not the same: pow with
+# an exponent of 1 is its base, without a call (the gradient of x ** 2).
+C_FUNCTIONS = {"pow": "pg_pow"}
+_C_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+_C_COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",
+              ast.GtE: ">="}
+
+
+def c_expression(text: str) -> str:
+    """A rule of pygrad/op_rules.py as C: the same tree, every operation
+    in parentheses (so C evaluates exactly what Python parses)."""
+    def emit(e: ast.AST) -> str:
+        if isinstance(e, ast.BinOp) and type(e.op) in _C_BINOPS:
+            return f"({emit(e.left)} {_C_BINOPS[type(e.op)]} {emit(e.right)})"
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.Not)):
+            return f"({'-' if isinstance(e.op, ast.USub) else '!'}{emit(e.operand)})"
+        if isinstance(e, ast.BoolOp):
+            op = " && " if isinstance(e.op, ast.And) else " || "
+            return "(" + op.join(emit(v) for v in e.values) + ")"
+        if isinstance(e, ast.Compare) and len(e.ops) == 1 and type(e.ops[0]) in _C_COMPARE:
+            return f"({emit(e.left)} {_C_COMPARE[type(e.ops[0])]} {emit(e.comparators[0])})"
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and not e.keywords:
+            name = C_FUNCTIONS.get(e.func.id, e.func.id)
+            return f"{name}({', '.join(emit(a) for a in e.args)})"
+        if isinstance(e, ast.Name):
+            return e.id
+        if isinstance(e, ast.Constant) and type(e.value) in (int, float):
+            return repr(float(e.value))
+        raise ValueError(f"op_rules: {ast.dump(e)} in {text!r} is not in the rules' language")
+    return emit(ast.parse(text, mode="eval").body)
+
+
+def _c_add(target: str, rule) -> str:
+    """``target += rule;`` in C, under the rule's guard if it has one."""
+    if isinstance(rule, tuple):
+        return f"if ({c_expression(rule[0])}) {target} += {c_expression(rule[1])};"
+    return f"{target} += {c_expression(rule)};"
+
+
+def rules_header() -> str:
+    """csrc/ops.c's rules.h: each plain op's rules, in the forms ops.c's
+    macros take, from pygrad/op_rules.py."""
+    t = op_rules()
+    out = ["/* Written by csrc/cffi_build.py from pygrad/op_rules.py, which states",
+           " * each rule once: edit that, not this. */"]
+    out += [f"#define {name} {value!r}" for name, value in t["CONSTANTS"].items()]
+    for code, (fwd, grad) in t["UNARY"].items():
+        out.append(f"UNARY_OP({code}, {c_expression(fwd)}, {c_expression(grad)})")
+    for code, (fwd, ga, gb) in t["BINARY"].items():
+        if isinstance(ga, tuple) or isinstance(gb, tuple):   # guarded: the adds, written out
+            out += [f"static inline double fwd_{code}(double a, double b) {{ return {c_expression(fwd)}; }}",
+                    f"static inline void grads_{code}(double a, double b, double y, double g,",
+                    "                                 double *ga, double *gb) {",
+                    f"    {_c_add('*ga', ga)}", f"    {_c_add('*gb', gb)}", "}"]
+            continue
+        macro = "BINARY_RULES" if code in t["HIDDEN_GRAD"] else "BINARY_OP"
+        out.append(f"{macro}({code}, {c_expression(fwd)}, {c_expression(ga)}, {c_expression(gb)})")
+    fwd, grad = t["POWK"]
+    out += [f"static inline double fwd_POWK(double x, double k) {{ return {c_expression(fwd)}; }}",
+            "static inline void grads_POWK(double x, double k, double g, double *gx) {",
+            f"    {_c_add('*gx', grad)}", "}"]
+    return "\n".join(out) + "\n"
+
+
+def write_rules_header() -> str:
+    """Write rules.h into build/generated (only if it changed, so make-like
+    tools see no new file) and return its directory."""
+    os.makedirs(GENERATED, exist_ok=True)
+    path, text = os.path.join(GENERATED, "rules.h"), rules_header()
+    try:
+        with open(path, encoding="utf-8") as f:
+            same = f.read() == text
+    except OSError:
+        same = False
+    if not same:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    return GENERATED
 
 
 def entry_points() -> "list[str]":
@@ -250,8 +346,9 @@ ffibuilder.set_source(
              for f in sorted(os.listdir(CSRC)) if f.endswith(".c")],
     # an edited header or ops.def rebuilds the core (every .c includes them)
     depends=[os.path.relpath(os.path.join(CSRC, f), ROOT)
-             for f in sorted(os.listdir(CSRC)) if f.endswith((".h", ".def"))],
-    include_dirs=[os.path.relpath(CSRC, ROOT)],
+             for f in sorted(os.listdir(CSRC)) if f.endswith((".h", ".def"))]
+    + [os.path.relpath(OP_RULES, ROOT)],
+    include_dirs=[os.path.relpath(CSRC, ROOT), os.path.relpath(write_rules_header(), ROOT)],
     extra_compile_args=compile_args(),
     extra_link_args=link_args(),
     libraries=[] if sys.platform == "win32" else ["m"],

@@ -1,12 +1,14 @@
 /*
- * Every op's forward rule and local-gradient rule, side by side.
+ * Every op's forward rule and local-gradient rule, as C.
  *
  * forward(n) computes n->data from the children's data, both when the node
  * is created and when a graph is replayed.  backward(n) adds the node's
  * contribution to its children's grads: child.grad += local * n->grad, in
- * child order, which is exactly how micrograd accumulates.  The pure-Python
- * engine (pygrad/reference.py) mirrors each rule expression for expression,
- * so the two agree bit for bit; keep them in step.
+ * child order, which is exactly how micrograd accumulates.  The plain ops'
+ * rules are stated once, in pygrad/op_rules.py, from which come these and
+ * the reference engine's (pygrad/reference.py), so the two agree bit for
+ * bit; the fused ops below are written here, the same arithmetic as the
+ * plain graph they stand for.
  */
 #include <math.h>
 #include <stdint.h>
@@ -21,7 +23,7 @@ static void forward_NONE(pg_node *n) { (void)n; }
 static void backward_NONE(pg_node *n) { (void)n; }
 
 /*
- * Each plain op is written once, as expressions of doubles: FWD gives the
+ * Each plain op is written once, as expressions of doubles (rules.h): FWD gives the
  * output from the inputs, and each BWD the addend to one child's grad
  * (child.grad += BWD), from the inputs, the output y and the incoming
  * grad g.  The macros make from them the node rules (eager, replay) and
@@ -120,11 +122,18 @@ static void backward_NONE(pg_node *n) { (void)n; }
         kb->grad += bwd_b_##code(a, b, y, g);                                        \
     }
 
-BINARY_OP(ADD, a + b, g, g)
-BINARY_OP(MUL, a * b, b * g, a * g)
-BINARY_RULES(SUB, a - b, g, -g)
-/* Gradients as PyTorch writes them: g / b and -g * a / (b * b). */
-BINARY_RULES(DIV, a / b, g / b, -g * a / (b * b))
+/* The helpers the rules call that C's libm lacks: micrograd's x ** k (x ** 2
+ * is x * x, the correctly rounded square; pow is within 0.52 ulp), pow with
+ * an exponent of 1 as its base without a call (the gradient of x ** 2; pow
+ * gives the same number), and d|x|/dx = sign(x): 0 at +-0, nan at nan. */
+static inline double powk(double x, double k) { return k == 2.0 ? x * x : pow(x, k); }
+static inline double pg_pow(double x, double e) { return e == 1.0 ? x : pow(x, e); }
+static inline double sign_of(double x) { return x != x ? x : (double)((x > 0.0) - (x < 0.0)); }
+
+/* Every plain op's forward and gradient rule, stated once in
+ * pygrad/op_rules.py, as UNARY_OP / BINARY_OP / BINARY_RULES lines and
+ * POW's and POWK's guarded adds (csrc/cffi_build.py writes the file). */
+#include "rules.h"
 
 /*
  * micrograd makes a - b as a + (b * -1) and a / b as a * b**-1: the inner
@@ -150,89 +159,32 @@ static void backward_DIV(pg_node *n) {
     kb->grad += bwd_b_DIV(ka->data, kb->data, n->data, n->aux.k);
 }
 
-UNARY_OP(NEG, -x, -g)
-
-/* x ** k, k constant.  micrograd's rule k * x**(k-1); for k == 0 the
- * gradient is 0 (as in PyTorch), not 0 * x**-1, which is nan at x == 0,
- * and nothing is added (so a -0.0 grad stays -0.0).  x ** 2 is x * x (the
- * correctly rounded square; pow is within 0.52 ulp). */
-static inline double fwd_POWK(double x, double k) { return k == 2.0 ? x * x : pow(x, k); }
-static inline void powk_grads(double x, double k, double g, double *gx) {
-    if (k != 0.0) *gx += (k * (k == 2.0 ? x : pow(x, k - 1.0))) * g;
-}
+/* x ** k, k constant (in aux.k); where k == 0 nothing is added (so a -0.0
+ * grad stays -0.0). */
 static void forward_POWK(pg_node *n) { n->data = fwd_POWK(KID(n, 0)->data, n->aux.k); }
 static void backward_POWK(pg_node *n) {
-    powk_grads(KID(n, 0)->data, n->aux.k, n->grad, &KID(n, 0)->grad);
+    grads_POWK(KID(n, 0)->data, n->aux.k, n->grad, &KID(n, 0)->grad);
 }
 static void rows_forward_POWK(const pg_rows *r) {
     for (size_t i = 0; i < r->n; i++) r->y[i] = fwd_POWK(XR(r, 0, i), r->k);
 }
 static void rows_backward_POWK(const pg_rows *r) {
-    for (size_t i = 0; i < r->n; i++) powk_grads(XR(r, 0, i), r->k, r->gy[i], &GR(r, 0, i));
+    for (size_t i = 0; i < r->n; i++) grads_POWK(XR(r, 0, i), r->k, r->gy[i], &GR(r, 0, i));
 }
 
-/* x ** y, both nodes.  d/dy = x**y * log(x), taken as 0 where x == 0 and
- * y >= 0 (PyTorch's convention: the limit, instead of 0 * -inf); nothing
- * is added where a partial is taken as 0. */
-static void pow_grads(double x, double y, double out, double g, double *gx, double *gy) {
-    if (y != 0.0) *gx += (y * pow(x, y - 1.0)) * g;
-    if (!(x == 0.0 && y >= 0.0)) *gy += (out * log(x)) * g;
-}
-static void forward_POW(pg_node *n) { n->data = pow(KID(n, 0)->data, KID(n, 1)->data); }
+/* x ** y, both nodes; nothing is added where a partial is taken as 0. */
+static void forward_POW(pg_node *n) { n->data = fwd_POW(KID(n, 0)->data, KID(n, 1)->data); }
 static void backward_POW(pg_node *n) {
     pg_node *a = KID(n, 0), *b = KID(n, 1);
-    pow_grads(a->data, b->data, n->data, n->grad, &a->grad, &b->grad);
+    grads_POW(a->data, b->data, n->data, n->grad, &a->grad, &b->grad);
 }
 static void rows_forward_POW(const pg_rows *r) {
-    for (size_t i = 0; i < r->n; i++) r->y[i] = pow(XR(r, 0, i), XR(r, 1, i));
+    for (size_t i = 0; i < r->n; i++) r->y[i] = fwd_POW(XR(r, 0, i), XR(r, 1, i));
 }
 static void rows_backward_POW(const pg_rows *r) {
     for (size_t i = 0; i < r->n; i++)
-        pow_grads(XR(r, 0, i), XR(r, 1, i), r->y[i], r->gy[i], &GR(r, 0, i), &GR(r, 1, i));
+        grads_POW(XR(r, 0, i), XR(r, 1, i), r->y[i], r->gy[i], &GR(r, 0, i), &GR(r, 1, i));
 }
-
-UNARY_OP(EXP, exp(x), y * g)
-UNARY_OP(LOG, log(x), g / x)
-
-
-UNARY_OP(TANH, tanh(x), tanh_slope(y) * g)
-/* micrograd: 0 if x < 0 else x (so relu(-0.0) is -0.0 and relu(nan) nan);
- * gradient (out > 0) * g. */
-UNARY_OP(RELU, relu_of(x), relu_slope(y) * g)
-UNARY_OP(SIGMOID, sigmoid_of(x), sigmoid_slope(y) * g)
-
-/*
- * Elementary functions: libm's, with PyTorch's derivative formulas (the
- * local gradient from the input x, or from the output y where PyTorch uses
- * it).  At a boundary they give what the formula gives in IEEE arithmetic:
- * d sqrt at 0, asin / acos / atanh at +-1, acosh at 1 are +-inf.
- */
-#define LN2 0.6931471805599453          /* log(2), rounded */
-#define LN10 2.302585092994046          /* log(10), rounded */
-#define TWO_OVER_SQRT_PI 1.1283791670955126
-
-UNARY_OP(SIN, sin(x), cos(x) * g)
-UNARY_OP(COS, cos(x), -sin(x) * g)
-UNARY_OP(TAN, tan(x), (1.0 + y * y) * g)
-UNARY_OP(ASIN, asin(x), g / sqrt(1.0 - x * x))
-UNARY_OP(ACOS, acos(x), -g / sqrt(1.0 - x * x))
-UNARY_OP(ATAN, atan(x), g / (1.0 + x * x))
-UNARY_OP(SINH, sinh(x), cosh(x) * g)
-UNARY_OP(COSH, cosh(x), sinh(x) * g)
-UNARY_OP(ASINH, asinh(x), g / sqrt(x * x + 1.0))
-UNARY_OP(ACOSH, acosh(x), g / sqrt(x * x - 1.0))
-UNARY_OP(ATANH, atanh(x), g / (1.0 - x * x))
-UNARY_OP(SQRT, sqrt(x), g / (2.0 * y))
-UNARY_OP(LOG2, log2(x), g / (x * LN2))
-UNARY_OP(LOG10, log10(x), g / (x * LN10))
-UNARY_OP(LOG1P, log1p(x), g / (x + 1.0))
-UNARY_OP(EXPM1, expm1(x), (y + 1.0) * g)
-UNARY_OP(ERF, erf(x), (TWO_OVER_SQRT_PI * exp(-(x * x))) * g)
-UNARY_OP(ERFC, erfc(x), (-TWO_OVER_SQRT_PI * exp(-(x * x))) * g)
-
-/* d|x|/dx = sign(x): 0 at +-0 (PyTorch), nan at nan. */
-static inline double sign_of(double x) { return x != x ? x : (double)((x > 0.0) - (x < 0.0)); }
-UNARY_OP(ABS, fabs(x), sign_of(x) * g)
 
 /*
  * The fused ops.  Each computes exactly what the same expression written
@@ -610,16 +562,16 @@ static inline void step_forward_POWK(const pg_step *p, double *d, const pg_rows 
 static inline void step_backward_POWK(const pg_step *p, const double *d, double *g, double gs,
                                       const pg_rows *rows) {
     (void)rows;
-    powk_grads(d[p->a], d[p->b], gs, &g[p->a]);
+    grads_POWK(d[p->a], d[p->b], gs, &g[p->a]);
 }
 static inline void step_forward_POW(const pg_step *p, double *d, const pg_rows *rows) {
     (void)rows;
-    d[p->s] = pow(d[p->a], d[p->b]);
+    d[p->s] = fwd_POW(d[p->a], d[p->b]);
 }
 static inline void step_backward_POW(const pg_step *p, const double *d, double *g, double gs,
                                      const pg_rows *rows) {
     (void)rows;
-    pow_grads(d[p->a], d[p->b], d[p->s], gs, &g[p->a], &g[p->b]);
+    grads_POW(d[p->a], d[p->b], d[p->s], gs, &g[p->a], &g[p->b]);
 }
 
 /* Steps of the n-ary ops: their row rule, on one row (a indexes rows). */

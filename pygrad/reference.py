@@ -2,8 +2,10 @@
 written as plainly as micrograd.
 
 It is the correctness oracle of the tests and the baseline of the
-benchmarks.  Each op mirrors its rule in csrc/ops.c expression for
-expression, so the two engines produce identical doubles.  Unlike micrograd,
+benchmarks.  Each plain op's forward and gradient rule comes from the one
+statement the C core is built from (pygrad/op_rules.py), evaluated over
+Python floats with C's IEEE results, so the two engines produce identical
+doubles.  Unlike micrograd,
 children are kept in the order given and backward() walks them depth first
 with an explicit stack, in csrc/backward.c's order, so results are
 reproducible run to run and deep graphs do not recurse.
@@ -13,7 +15,9 @@ import math
 import numbers
 from typing import Any, Callable, Iterable, List, Set, Tuple, Union
 
+from . import op_rules
 from ._copies import new_leaf
+from ._rule_functions import Rules
 from ._numbers import local_grad_numbers, real_or_none, value_data
 
 __all__ = ["Value"]
@@ -22,12 +26,6 @@ __all__ = ["Value"]
 Operand = Union["Value", float, int, numbers.Real]
 
 _creation_counter = itertools.count()
-
-# The constants of csrc/ops.c, the same doubles.
-_LN2 = 0.6931471805599453
-_LN10 = 2.302585092994046
-_TWO_OVER_SQRT_PI = 1.1283791670955126
-
 
 # -- IEEE 754 results: C's, where Python's math raises ---------------------------
 
@@ -142,6 +140,44 @@ class _ieee:
     fabs = staticmethod(math.fabs)
 
 
+def _relu_of(x: float) -> float:
+    return 0.0 if x < 0.0 else x           # micrograd's: relu(-0.0) is -0.0
+
+
+def _relu_slope(y: float) -> float:
+    return float(y > 0.0)
+
+
+def _sigmoid_of(x: float) -> float:
+    if x >= 0.0:                          # never exp of a large positive number
+        return _ieee.div(1.0, 1.0 + _ieee.exp(-x))
+    e = _ieee.exp(x)
+    return _ieee.div(e, 1.0 + e)
+
+
+def _sign_of(x: float) -> float:
+    return x if x != x else float((x > 0.0) - (x < 0.0))   # 0 at +-0, nan at nan
+
+
+def _pow(x: float, e: float) -> float:
+    return x if e == 1.0 else _ieee.pow(x, e)
+
+
+def _powk(x: float, k: float) -> float:
+    return x * x if k == 2.0 else _ieee.pow(x, k)
+
+
+#: The functions the rules of pygrad/op_rules.py call, over floats: the
+#: same names as C's (csrc/ops.c, csrc/activation.h), the same doubles.
+FLOATS = {name: getattr(_ieee, name) for name in (
+    "exp", "log", "tanh", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+    "asinh", "acosh", "atanh", "sqrt", "log2", "log10", "log1p", "expm1", "erf", "erfc",
+    "fabs")}
+FLOATS.update(div=_ieee.div, pow=_pow, powk=_powk, relu_of=_relu_of, relu_slope=_relu_slope,
+              sigmoid_of=_sigmoid_of, sign_of=_sign_of)
+_RULES = Rules(FLOATS)
+
+
 def _children_of(children: Iterable[Any]) -> Tuple["Value", ...]:
     """``children`` as a tuple of Values (TypeError for anything else)."""
     kids = tuple(children)
@@ -157,8 +193,10 @@ class Value:
     # __dict__: attributes of one's own (an optimizer's momentum buffer), as
     # on micrograd's Value and pygrad.Value.
     # _local_grads: set only on a Value made microgpt's way (below).
+    # _rule: (op code, its constant) for an op of pygrad/op_rules.py, which
+    # pygrad.grad reads; None for a leaf or a custom op.
     __slots__ = ("data", "grad", "_backward", "_children", "_op", "label", "_created",
-                 "_local_grads", "__dict__", "__weakref__")
+                 "_local_grads", "_rule", "__dict__", "__weakref__")
 
     def __init__(self, data: Any, _children: Iterable["Value"] = (),
                  _op: "Union[str, Iterable[float]]" = "", label: str = "") -> None:
@@ -169,6 +207,7 @@ class Value:
         self._op = _op
         self.label = label
         self._created = next(_creation_counter)
+        self._rule: "Any" = None
         if not isinstance(_op, str):
             # microgpt's Value(data, children, local_grads)
             self._op = ""
@@ -205,308 +244,145 @@ class Value:
         k = real_or_none(other)
         return NotImplemented if k is None else Value(k)
 
-    # -- ops: forward value and gradient rule side by side --------------------
+    # -- ops: each forward and gradient rule from pygrad/op_rules.py --------
+
+    def _unary(self, code: str, name: str) -> "Value":
+        fwd, (_, grad) = _RULES.unary[code]
+        out = Value(fwd(self.data), (self,), name)
+        out._rule = (code, None)
+
+        def _backward() -> None:
+            self.grad += grad(self.data, out.data, out.grad)
+        out._backward = _backward
+        return out
+
+    def _binary(self, other: "Value", code: str, name: str) -> "Value":
+        fwd, (guard_a, grad_a), (guard_b, grad_b) = _RULES.binary[code]
+        out = Value(fwd(self.data, other.data), (self, other), name)
+        out._rule = (code, None)
+        # micrograd makes a - b as a + (b * -1) and a / b as a * b**-1, whose
+        # hidden inner node keeps a grad that a second backward() adds to
+        # again; `hidden` is that grad (csrc/ops.c keeps it in the node),
+        # which b's rule takes in place of g.
+        hidden = -0.0
+        keeps_hidden = code in op_rules.HIDDEN_GRAD
+
+        def _backward() -> None:
+            nonlocal hidden
+            a, b, y, g = self.data, other.data, out.data, out.grad
+            if keeps_hidden:
+                hidden += g
+            if guard_a is None or guard_a(a, b, y, g):
+                self.grad += grad_a(a, b, y, g)
+            gb = hidden if keeps_hidden else g
+            if guard_b is None or guard_b(a, b, y, gb):
+                other.grad += grad_b(a, b, y, gb)
+        out._backward = _backward
+        return out
 
     def __add__(self, other: Operand) -> "Value":
         other = self._operand(other)
-        if other is NotImplemented:
-            return other
-        out = Value(self.data + other.data, (self, other), "+")
-
-        def _backward() -> None:
-            g = out.grad
-            self.grad += g
-            other.grad += g
-        out._backward = _backward
-        return out
+        return other if other is NotImplemented else self._binary(other, "ADD", "+")
 
     def __mul__(self, other: Operand) -> "Value":
         other = self._operand(other)
-        if other is NotImplemented:
-            return other
-        out = Value(self.data * other.data, (self, other), "*")
-
-        def _backward() -> None:
-            g = out.grad
-            self.grad += other.data * g
-            other.grad += self.data * g
-        out._backward = _backward
-        return out
-
-    # micrograd makes a - b as a + (b * -1) and a / b as a * b**-1, whose
-    # hidden inner node keeps a grad that a second backward() adds to again;
-    # `hidden` is that grad (csrc/ops.c keeps it in the node).
+        return other if other is NotImplemented else self._binary(other, "MUL", "*")
 
     def _sub(self, other: "Value") -> "Value":
-        out = Value(self.data - other.data, (self, other), "-")
-        hidden = -0.0
-
-        def _backward() -> None:
-            nonlocal hidden
-            g = out.grad
-            hidden += g
-            self.grad += g
-            other.grad += -hidden
-        out._backward = _backward
-        return out
+        return self._binary(other, "SUB", "-")
 
     def _div(self, other: "Value") -> "Value":
-        out = Value(_ieee.div(self.data, other.data), (self, other), "/")
-        hidden = -0.0
-
-        def _backward() -> None:
-            nonlocal hidden
-            g = out.grad
-            hidden += g
-            a, b = self.data, other.data
-            self.grad += _ieee.div(g, b)
-            other.grad += _ieee.div(-hidden * a, b * b)
-        out._backward = _backward
-        return out
-
-    def __neg__(self) -> "Value":
-        out = Value(-self.data, (self,), "neg")
-
-        def _backward() -> None:
-            self.grad += -out.grad
-        out._backward = _backward
-        return out
-
-    def _pow_const(self, k: float, name: str) -> "Value":
-        x = self.data
-        out = Value(x * x if k == 2.0 else _ieee.pow(x, k), (self,), "**" + name)
-
-        def _backward() -> None:
-            if k != 0.0:
-                x = self.data
-                self.grad += (k * (x if k == 2.0 else _ieee.pow(x, k - 1.0))) * out.grad
-        out._backward = _backward
-        return out
+        return self._binary(other, "DIV", "/")
 
     def _pow_value(self, other: "Value") -> "Value":
-        out = Value(_ieee.pow(self.data, other.data), (self, other), "**")
+        return self._binary(other, "POW", "**")
+
+    def __neg__(self) -> "Value":
+        return self._unary("NEG", "neg")
+
+    def _pow_const(self, k: float, name: str) -> "Value":
+        fwd, (guard, grad) = _RULES.powk
+        out = Value(fwd(self.data, k), (self,), "**" + name)
+        out._rule = ("POWK", k)
 
         def _backward() -> None:
-            g = out.grad
-            x, y = self.data, other.data
-            if y != 0.0:
-                self.grad += (y * _ieee.pow(x, y - 1.0)) * g
-            if not (x == 0.0 and y >= 0.0):
-                other.grad += (out.data * _ieee.log(x)) * g
+            x, y, g = self.data, out.data, out.grad
+            if guard(x, k, y, g):
+                self.grad += grad(x, k, y, g)
         out._backward = _backward
         return out
 
     def exp(self) -> "Value":
-        out = Value(_ieee.exp(self.data), (self,), "exp")
-
-        def _backward() -> None:
-            self.grad += out.data * out.grad
-        out._backward = _backward
-        return out
+        return self._unary("EXP", "exp")
 
     def log(self) -> "Value":
-        out = Value(_ieee.log(self.data), (self,), "log")
-
-        def _backward() -> None:
-            self.grad += _ieee.div(out.grad, self.data)
-        out._backward = _backward
-        return out
+        return self._unary("LOG", "log")
 
     def tanh(self) -> "Value":
-        out = Value(_ieee.tanh(self.data), (self,), "tanh")
-
-        def _backward() -> None:
-            t = out.data
-            self.grad += (1.0 - t * t) * out.grad
-        out._backward = _backward
-        return out
+        return self._unary("TANH", "tanh")
 
     def relu(self) -> "Value":
-        out = Value(0.0 if self.data < 0.0 else self.data, (self,), "ReLU")
-
-        def _backward() -> None:
-            self.grad += float(out.data > 0.0) * out.grad
-        out._backward = _backward
-        return out
+        return self._unary("RELU", "ReLU")
 
     def sigmoid(self) -> "Value":
-        x = self.data
-        if x >= 0.0:
-            s = _ieee.div(1.0, 1.0 + _ieee.exp(-x))
-        else:
-            e = _ieee.exp(x)
-            s = _ieee.div(e, 1.0 + e)
-        out = Value(s, (self,), "sigmoid")
-
-        def _backward() -> None:
-            s = out.data
-            self.grad += (s * (1.0 - s)) * out.grad
-        out._backward = _backward
-        return out
-
-    # Elementary functions: libm's, PyTorch's derivative formulas (csrc/ops.c).
+        return self._unary("SIGMOID", "sigmoid")
 
     def sin(self) -> "Value":
-        out = Value(_ieee.sin(self.data), (self,), "sin")
-
-        def _backward() -> None:
-            self.grad += _ieee.cos(self.data) * out.grad
-        out._backward = _backward
-        return out
+        return self._unary("SIN", "sin")
 
     def cos(self) -> "Value":
-        out = Value(_ieee.cos(self.data), (self,), "cos")
-
-        def _backward() -> None:
-            self.grad += -_ieee.sin(self.data) * out.grad
-        out._backward = _backward
-        return out
+        return self._unary("COS", "cos")
 
     def tan(self) -> "Value":
-        out = Value(_ieee.tan(self.data), (self,), "tan")
-
-        def _backward() -> None:
-            self.grad += (1.0 + out.data * out.data) * out.grad
-        out._backward = _backward
-        return out
+        return self._unary("TAN", "tan")
 
     def asin(self) -> "Value":
-        out = Value(_ieee.asin(self.data), (self,), "asin")
-
-        def _backward() -> None:
-            x = self.data
-            self.grad += _ieee.div(out.grad, _ieee.sqrt(1.0 - x * x))
-        out._backward = _backward
-        return out
+        return self._unary("ASIN", "asin")
 
     def acos(self) -> "Value":
-        out = Value(_ieee.acos(self.data), (self,), "acos")
-
-        def _backward() -> None:
-            x = self.data
-            self.grad += _ieee.div(-out.grad, _ieee.sqrt(1.0 - x * x))
-        out._backward = _backward
-        return out
+        return self._unary("ACOS", "acos")
 
     def atan(self) -> "Value":
-        out = Value(_ieee.atan(self.data), (self,), "atan")
-
-        def _backward() -> None:
-            x = self.data
-            self.grad += _ieee.div(out.grad, 1.0 + x * x)
-        out._backward = _backward
-        return out
+        return self._unary("ATAN", "atan")
 
     def sinh(self) -> "Value":
-        out = Value(_ieee.sinh(self.data), (self,), "sinh")
-
-        def _backward() -> None:
-            self.grad += _ieee.cosh(self.data) * out.grad
-        out._backward = _backward
-        return out
+        return self._unary("SINH", "sinh")
 
     def cosh(self) -> "Value":
-        out = Value(_ieee.cosh(self.data), (self,), "cosh")
-
-        def _backward() -> None:
-            self.grad += _ieee.sinh(self.data) * out.grad
-        out._backward = _backward
-        return out
+        return self._unary("COSH", "cosh")
 
     def asinh(self) -> "Value":
-        out = Value(_ieee.asinh(self.data), (self,), "asinh")
-
-        def _backward() -> None:
-            x = self.data
-            self.grad += _ieee.div(out.grad, _ieee.sqrt(x * x + 1.0))
-        out._backward = _backward
-        return out
+        return self._unary("ASINH", "asinh")
 
     def acosh(self) -> "Value":
-        out = Value(_ieee.acosh(self.data), (self,), "acosh")
-
-        def _backward() -> None:
-            x = self.data
-            self.grad += _ieee.div(out.grad, _ieee.sqrt(x * x - 1.0))
-        out._backward = _backward
-        return out
+        return self._unary("ACOSH", "acosh")
 
     def atanh(self) -> "Value":
-        out = Value(_ieee.atanh(self.data), (self,), "atanh")
-
-        def _backward() -> None:
-            x = self.data
-            self.grad += _ieee.div(out.grad, 1.0 - x * x)
-        out._backward = _backward
-        return out
+        return self._unary("ATANH", "atanh")
 
     def sqrt(self) -> "Value":
-        out = Value(_ieee.sqrt(self.data), (self,), "sqrt")
-
-        def _backward() -> None:
-            self.grad += _ieee.div(out.grad, 2.0 * out.data)
-        out._backward = _backward
-        return out
+        return self._unary("SQRT", "sqrt")
 
     def log2(self) -> "Value":
-        out = Value(_ieee.log2(self.data), (self,), "log2")
-
-        def _backward() -> None:
-            self.grad += _ieee.div(out.grad, self.data * _LN2)
-        out._backward = _backward
-        return out
+        return self._unary("LOG2", "log2")
 
     def log10(self) -> "Value":
-        out = Value(_ieee.log10(self.data), (self,), "log10")
-
-        def _backward() -> None:
-            self.grad += _ieee.div(out.grad, self.data * _LN10)
-        out._backward = _backward
-        return out
+        return self._unary("LOG10", "log10")
 
     def log1p(self) -> "Value":
-        out = Value(_ieee.log1p(self.data), (self,), "log1p")
-
-        def _backward() -> None:
-            self.grad += _ieee.div(out.grad, self.data + 1.0)
-        out._backward = _backward
-        return out
+        return self._unary("LOG1P", "log1p")
 
     def expm1(self) -> "Value":
-        out = Value(_ieee.expm1(self.data), (self,), "expm1")
-
-        def _backward() -> None:
-            self.grad += (out.data + 1.0) * out.grad
-        out._backward = _backward
-        return out
+        return self._unary("EXPM1", "expm1")
 
     def erf(self) -> "Value":
-        out = Value(_ieee.erf(self.data), (self,), "erf")
-
-        def _backward() -> None:
-            x = self.data
-            self.grad += (_TWO_OVER_SQRT_PI * _ieee.exp(-(x * x))) * out.grad
-        out._backward = _backward
-        return out
+        return self._unary("ERF", "erf")
 
     def erfc(self) -> "Value":
-        out = Value(_ieee.erfc(self.data), (self,), "erfc")
-
-        def _backward() -> None:
-            x = self.data
-            self.grad += (-_TWO_OVER_SQRT_PI * _ieee.exp(-(x * x))) * out.grad
-        out._backward = _backward
-        return out
+        return self._unary("ERFC", "erfc")
 
     def abs(self) -> "Value":
-        out = Value(_ieee.fabs(self.data), (self,), "abs")
-
-        def _backward() -> None:
-            x = self.data
-            sign = x if x != x else float((x > 0.0) - (x < 0.0))   # 0 at 0, nan at nan
-            self.grad += sign * out.grad
-        out._backward = _backward
-        return out
+        return self._unary("ABS", "abs")
 
     def __abs__(self) -> "Value":
         return self.abs()

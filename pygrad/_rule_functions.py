@@ -1,0 +1,62 @@
+"""The rules of ``pygrad/op_rules.py`` as Python functions, over whatever
+arithmetic a namespace gives: Python floats with C's IEEE results (the
+reference engine), or Values (``pygrad.grad(..., create_graph=True)``).
+
+Each expression is compiled once into a function of its variables, with
+``/`` turned into a call of the namespace's ``div`` (Python's float
+division raises where C's gives inf or nan; a Value's is its operator).
+"""
+import ast
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from . import op_rules
+
+Fn = Callable[..., Any]
+#: One gradient rule: (guard or None, rule).  A guard takes numbers.
+Grad = Tuple[Optional[Fn], Fn]
+
+
+class _DivToCall(ast.NodeTransformer):
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Div):
+            return ast.copy_location(ast.Call(ast.Name("div", ast.Load()), [node.left, node.right], []),
+                                     node)
+        return node
+
+
+def compile_rule(text: str, params: str, namespace: Dict[str, Any]) -> Fn:
+    """``lambda <params>: <text>`` over ``namespace``, ``/`` made ``div``."""
+    body = _DivToCall().visit(ast.parse(text, mode="eval").body)
+    tree = ast.Expression(ast.Lambda(ast.parse(f"lambda {params}: 0", mode="eval").body.args, body))
+    code = compile(ast.fix_missing_locations(tree), f"<op_rules: {text}>", "eval")
+    return eval(code, dict(namespace))     # noqa: S307 - our own table's text
+
+
+def _grad(rule: Any, params: str, namespace: Dict[str, Any], numbers: Dict[str, Any]) -> Grad:
+    if isinstance(rule, tuple):
+        return compile_rule(rule[0], params, numbers), compile_rule(rule[1], params, namespace)
+    return None, compile_rule(rule, params, namespace)
+
+
+class Rules:
+    """Every plain op's rules over one arithmetic (``namespace``: its
+    functions, ``div`` and the constants; ``numbers``: the float one, for
+    guards)."""
+
+    def __init__(self, namespace: Dict[str, Any], numbers: Optional[Dict[str, Any]] = None) -> None:
+        ns = dict(op_rules.CONSTANTS, **namespace)
+        nums = dict(op_rules.CONSTANTS, **(numbers if numbers is not None else namespace))
+        #: code -> (forward(x), gradient(x, y, g))
+        self.unary: Dict[str, Tuple[Fn, Grad]] = {
+            code: (compile_rule(fwd, "x", ns), _grad(grad, "x, y, g", ns, nums))
+            for code, (fwd, grad) in op_rules.UNARY.items()}
+        #: code -> (forward(a, b), gradient for a, for b (a, b, y, g))
+        self.binary: Dict[str, Tuple[Fn, Grad, Grad]] = {
+            code: (compile_rule(fwd, "a, b", ns), _grad(ga, "a, b, y, g", ns, nums),
+                   _grad(gb, "a, b, y, g", ns, nums))
+            for code, (fwd, ga, gb) in op_rules.BINARY.items()}
+        fwd, grad = op_rules.POWK
+        #: (forward(x, k), gradient(x, k, y, g))
+        self.powk: Tuple[Fn, Grad] = (compile_rule(fwd, "x, k", ns),
+                                      _grad(grad, "x, k, y, g", ns, nums))
