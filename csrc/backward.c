@@ -364,3 +364,55 @@ int32_t pg_backward_resume(pg_sweep *s) {
 void pg_node_backward(pg_node *n) {
     pg_rules[n->op].backward(n);
 }
+
+/* pygrad.grad's numbers: the gradient of sum(seeds[j] * outs[j]) with
+ * respect to each of ins, into result (0 for an input not below any
+ * output), with every grad below the outputs (and SUB's and DIV's hidden
+ * grads) left as it was.  Under the sweep lock, in one pass: walk, save,
+ * zero, seed, run the rules, read, restore; so a thread that holds the GIL
+ * throughout never shows another a grad in between.  PG_E_SWEEP (nothing
+ * done) if a Python closure lies below; PG_E_BUSY (nothing done) if
+ * another walk holds the lock for about ms milliseconds more. */
+int32_t pg_grad_numbers(pg_node *const *outs, const double *seeds, uint32_t nout,
+                        pg_node *const *ins, uint32_t nin, double *result, int ms) {
+    if (nout == 0 || (nin > 0 && result == NULL)) return PG_E_ARG;
+    for (uint32_t j = 0; j < nout; j++)
+        if (outs[j] == NULL) return PG_E_ARG;
+    for (uint32_t i = 0; i < nin; i++)
+        if (ins[i] == NULL) return PG_E_ARG;
+    if (!sweep_acquire_within(ms < 0 ? 0 : (unsigned)ms)) return PG_E_BUSY;
+    nodes post = scratch_post;
+    post.n = 0;
+    uint32_t flags = 0;
+    int32_t rc = walk(outs, nout, &post, &flags);
+    double *saved = NULL;
+    if (rc == 0 && (flags & PG_F_PY_BACKWARD)) rc = PG_E_SWEEP;
+    if (rc == 0 && (saved = pg_malloc((post.n ? post.n : 1) * 2 * sizeof *saved)) == NULL)
+        rc = PG_E_NOMEM;
+    if (rc == 0) {
+        for (size_t i = 0; i < post.n; i++) {
+            pg_node *n = post.p[i];
+            saved[2 * i] = n->grad;
+            memcpy(&saved[2 * i + 1], &n->aux, sizeof(double));
+            n->grad = 0.0;
+            if (n->op == PG_OP_SUB || n->op == PG_OP_DIV) n->aux.k = -0.0;   /* as made */
+        }
+        for (uint32_t j = 0; j < nout; j++) outs[j]->grad += seeds[j];
+        for (size_t i = post.n; i-- > 0;) pg_rules[post.p[i]->op].backward(post.p[i]);
+        for (uint32_t i = 0; i < nin; i++) result[i] = ins[i]->mark ? ins[i]->grad : 0.0;
+        for (size_t i = 0; i < post.n; i++) {
+            pg_node *n = post.p[i];
+            n->grad = saved[2 * i];
+            memcpy(&n->aux, &saved[2 * i + 1], sizeof(double));
+        }
+        free(saved);
+    }
+    if (rc == 0 || rc == PG_E_SWEEP) unmark(&post);
+    if (post.cap > SCRATCH_KEPT) {
+        free(post.p);
+        post = (nodes){NULL, 0, 0};
+    }
+    scratch_post = post;
+    sweep_release();
+    return rc;
+}

@@ -215,6 +215,8 @@ int32_t pg_gather_data_l(uintptr_t list, double *out, size_t nout);
 int32_t pg_gather_grad_l(uintptr_t list, double *out, size_t nout);
 int32_t pg_scatter_data_l(uintptr_t list, const double *in, size_t nin);
 int32_t pg_fill_grad_l(uintptr_t list, double x);
+int32_t pg_grad_numbers_l(uintptr_t outs, const double *seeds, size_t nseeds, uintptr_t ins,
+                          double *result, size_t nresult);
 int32_t pg_sgd_step_l(uintptr_t list, double lr, double momentum, double weight_decay,
                       double *velocity, size_t nvelocity, double *steps);
 int32_t pg_adam_step_l(uintptr_t list, double lr, double beta1, double beta2, double eps,

@@ -295,6 +295,11 @@ uint32_t pg_node_size(void);
 
 /* cdef-end */
 
+/* backward.c: pygrad.grad's numbers, every grad left as it was (not in the
+ * cdef: the binding's pg_grad_numbers_l calls it with node lists). */
+int32_t pg_grad_numbers(pg_node *const *outs, const double *seeds, uint32_t nout,
+                        pg_node *const *ins, uint32_t nin, double *result, int ms);
+
 /*
  * Per-op entry points: the calls Python makes most, with as few arguments
  * as possible (each one costs cffi a conversion).  For each row CODE of

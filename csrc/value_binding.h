@@ -1096,6 +1096,17 @@ static int32_t pg_batch_compile_v(uintptr_t outputs, uintptr_t inputs, pg_batch 
     return rc;
 }
 
+/* pygrad.grad's numbers over node lists outs and ins (pg_grad_numbers):
+ * with the GIL held throughout, so no thread sees a grad between its save
+ * and its restore; the wait for the sweep lock is short (ms), and Python
+ * calls again on PG_E_BUSY, its signal handlers running between. */
+static int32_t pg_grad_numbers_l(uintptr_t outs, const double *seeds, size_t nseeds,
+                                 uintptr_t ins, double *result, size_t nresult) {
+    pg_listobj *o = as_list((PyObject *)outs), *i = as_list((PyObject *)ins);
+    if (o == NULL || i == NULL || nseeds < o->n || nresult < i->n) return PG_E_ARG;
+    return pg_grad_numbers(list_nodes(o), seeds, o->n, list_nodes(i), i->n, result, 20);
+}
+
 /* Bulk reads and writes over node list `list`, without the GIL while they
  * run (the list, held here, holds every node). */
 #define PG_LIST_CALL(name, call)                                                   \

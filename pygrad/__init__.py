@@ -3,6 +3,8 @@
 ``from pygrad import Value`` replaces ``from micrograd.engine import Value``;
 ``pygrad.nn`` replaces ``micrograd.nn``.  Submodules: ``nn``, ``optim``,
 ``losses``, ``data``, ``viz``, ``reference`` (the pure-Python engine).
+``grad``, ``hvp``, ``hessian`` and ``jvp`` take derivatives of derivatives
+(pygrad/higher_order.py).
 """
 from ._install_check import check_install as _check_install
 
@@ -16,6 +18,7 @@ from .engine import Value
 from .function import Context, Function
 from .functional import detached_max, dot, logsumexp, sum
 from .gradcheck import GradcheckResult, gradcheck
+from .higher_order import grad, hessian, hvp, jvp
 from .token_programs import PerLength, Token, embed, per_length, pick
 from .replay import Inputs, Program, compile
 
@@ -37,5 +40,5 @@ def __getattr__(name: str) -> object:
 # ``sum`` and ``compile`` stay out of ``__all__``: ``from pygrad import *`` must
 # not shadow the builtins.  Import them by name (``from pygrad import sum``).
 __all__ = ["Value", "dot", "logsumexp", "detached_max", "Function", "Context", "gradcheck",
-           "GradcheckResult", "Program", "Inputs", "per_length", "PerLength", "Token", "embed",
+           "GradcheckResult", "grad", "hvp", "hessian", "jvp", "Program", "Inputs", "per_length", "PerLength", "Token", "embed",
            "pick", "reference", "__version__"]

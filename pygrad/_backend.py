@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence
 
-from . import _node_factory, engine as _engine
+from . import _graph_views, _node_factory, engine as _engine
 from . import functional as _functional
 from . import reference as _reference
 from ._core import ffi, lib
@@ -42,14 +42,17 @@ class Backend:
     micrograd-compatible Values.  The C engine overrides them with C calls.
     """
 
-    __slots__ = ("name", "Value", "dot", "sum", "logsumexp")
+    __slots__ = ("name", "Value", "dot", "sum", "logsumexp", "graph")
 
-    def __init__(self, name: str, value: type, dot: Any, sum_: Any, logsumexp: Any) -> None:
+    def __init__(self, name: str, value: type, dot: Any, sum_: Any, logsumexp: Any,
+                 graph: Any) -> None:
         self.name = name
         self.Value = value
         self.dot = dot
         self.sum = sum_
         self.logsumexp = logsumexp
+        #: how pygrad.grad reads this engine's graph (pygrad/_graph_views.py)
+        self.graph = graph
 
     def __repr__(self) -> str:
         return f"<pygrad backend {self.name!r}>"
@@ -181,6 +184,9 @@ class Backend:
             for v, p in zip(values, partials):
                 v.grad += p * out.grad
         out._backward = _backward
+        if hasattr(out, "_rule"):      # a reference Value: pygrad.grad reads these
+            out._rule = ("FUNCTION", None)
+            out._local_grads = tuple(partials)
         return out
 
 
@@ -293,9 +299,9 @@ class _CBackend(Backend):
 
 
 C: Backend = _CBackend("c", _engine.Value, _functional.dot, _functional.sum,
-                       _functional.logsumexp)
+                       _functional.logsumexp, _graph_views.CGraph)
 REFERENCE: Backend = Backend("reference", _reference.Value, _reference.dot, _reference.sum,
-                             _reference.logsumexp)
+                             _reference.logsumexp, _graph_views.ReferenceGraph)
 #: The engine of Values made from plain numbers.
 DEFAULT: Backend = C
 

@@ -6,7 +6,7 @@ Each expression is compiled once into a function of its variables, with
 ``/`` turned into a call of the namespace's ``div`` (Python's float
 division raises where C's gives inf or nan; a Value's is its operator).
 """
-import ast
+import ast          # (loaded with this module, on the first rule's use)
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import op_rules
@@ -47,6 +47,9 @@ class Rules:
     def __init__(self, namespace: Dict[str, Any], numbers: Optional[Dict[str, Any]] = None) -> None:
         ns = dict(op_rules.CONSTANTS, **namespace)
         nums = dict(op_rules.CONSTANTS, **(numbers if numbers is not None else namespace))
+        #: the arithmetic itself (``exp``, ``div``, ...), for the fused ops'
+        #: rules, which are written over it (pygrad/higher_order.py)
+        self.namespace = ns
         #: code -> (forward(x), gradient(x, y, g))
         self.unary: Dict[str, Tuple[Fn, Grad]] = {
             code: (compile_rule(fwd, "x", ns), _grad(grad, "x, y, g", ns, nums))

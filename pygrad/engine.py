@@ -437,7 +437,7 @@ class Value(_ValueBase):
         if "_backward" in own:       # made by Value(data, children, op): flagged in C
             own["_backward"] = fn
             return
-        if _is_noop(fn) and lib.pg_nkids_v(id(self)) == 0:
+        if is_noop(fn) and lib.pg_nkids_v(id(self)) == 0:
             # micrograd's own default (`lambda: None`) set on a leaf, as code
             # written for micrograd does to its parameters: it changes nothing,
             # so the leaf stays a plain C leaf (fast, and compile() takes it).
@@ -581,7 +581,7 @@ _powk_int = _op_function(lib.PG_OP_POWK, lib.PG_FORM_POWK_INT)
 _NOOP_CODE = (lambda: None).__code__.co_code
 
 
-def _is_noop(fn: Any) -> bool:
+def is_noop(fn: Any) -> bool:
     """Whether ``fn`` is a function of no arguments whose body only returns
     None (``lambda: None``, ``def f(): pass``)."""
     code = getattr(fn, "__code__", None)

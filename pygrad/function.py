@@ -39,7 +39,16 @@ class Context:
 
 
 class Function:
-    """Subclass with ``forward(ctx, *inputs)`` and ``backward(ctx, grad)``."""
+    """Subclass with ``forward(ctx, *inputs)`` and ``backward(ctx, grad)``.
+
+    A subclass whose forward and backward are written with operations that
+    Values have too (``+``, ``*``, ``**``, ``exp()``, ...) sets
+    ``differentiable = True``: ``pygrad.grad(..., create_graph=True)`` then
+    runs them again on Values, so its gradient can be differentiated again.
+    """
+
+    #: forward and backward work on Values as well as floats
+    differentiable: bool = False
 
     @staticmethod
     def forward(ctx: Context, *inputs: float) -> float:
@@ -71,4 +80,9 @@ class Function:
             raise ValueError(f"{cls.__name__}.backward must return {len(values)} grads "
                              f"(one per input), got {partials!r}")
         grads = [to_real(p, f"{cls.__name__}.backward's grads") for p in partials]
-        return backend.make_function(cls.__name__, data, values, grads)
+        out = backend.make_function(cls.__name__, data, values, grads)
+        if getattr(cls, "differentiable", False):
+            # pygrad.grad(create_graph=True) runs forward and backward
+            # again, on Values: the class says they take Values.
+            out.__dict__["_pg_function"] = cls
+        return out

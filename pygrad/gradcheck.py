@@ -31,15 +31,20 @@ class GradcheckResult:
 
 def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
               atol: float = 1e-5, rtol: float = 1e-4, value_type: Optional[type] = None,
-              raise_on_failure: bool = False) -> GradcheckResult:
+              raise_on_failure: bool = False, order: int = 1) -> GradcheckResult:
     """Check ``f(*values)`` (a scalar Value) against finite differences.
 
     ``inputs`` are numbers (or Values, whose data is used).  Each input's
     gradient from ``backward()`` is compared with
     ``(f(x + eps) - f(x - eps)) / (2 eps)``; it passes when
     ``|analytic - numeric| <= atol + rtol * |numeric|`` for every input.
-    ``value_type`` picks the engine (default: pygrad.Value)."""
+    With ``order=2`` the second derivatives are checked instead: the
+    Hessian from ``pygrad.hessian`` (row by row, flattened) against central
+    differences of ``backward()``'s gradient.  ``value_type`` picks the
+    engine (default: pygrad.Value)."""
     V = value_type or _backend.DEFAULT.Value
+    if order not in (1, 2):
+        raise ValueError(f"gradcheck's order must be 1 or 2, not {order!r}")
     if not callable(f):
         raise TypeError(f"gradcheck's f must be callable, not {type(f).__name__}")
     if isinstance(inputs, (str, bytes)) or not hasattr(inputs, "__iter__"):
@@ -60,15 +65,30 @@ def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
             raise TypeError(f"f must return a Value, got {type(out).__name__}")
         return out, vs
 
-    out, vs = run(xs)
-    out.backward()
-    analytic = [v.grad for v in vs]
-    numeric = []
-    for i in range(len(xs)):
+    def gradient(values: List[float]) -> List[float]:
+        out, vs = run(values)
+        out.backward()
+        return [v.grad for v in vs]
+
+    def difference(i: int, at: Callable[[List[float]], Any]) -> Any:
         up, down = list(xs), list(xs)
         up[i] += eps
         down[i] -= eps
-        numeric.append((run(up)[0].data - run(down)[0].data) / (2 * eps))
+        return at(up), at(down)
+
+    if order == 1:
+        analytic = gradient(xs)
+        numeric = []
+        for i in range(len(xs)):
+            up, down = difference(i, lambda p: run(p)[0].data)
+            numeric.append((up - down) / (2 * eps))
+    else:
+        from .higher_order import hessian
+        analytic = [float(h) for h in hessian(f, [V(x) for x in xs]).ravel()]
+        columns = [difference(i, gradient) for i in range(len(xs))]
+        # entry (j, i): d grad_j / d x_i
+        numeric = [(columns[i][0][j] - columns[i][1][j]) / (2 * eps)
+                   for j in range(len(xs)) for i in range(len(xs))]
     errors = [abs(a - n) - (atol + rtol * abs(n)) for a, n in zip(analytic, numeric)]
     errors = [math.inf if math.isnan(e) else e for e in errors]
     worst = max(range(len(errors)), key=errors.__getitem__)

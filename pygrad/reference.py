@@ -17,7 +17,6 @@ from typing import Any, Callable, Iterable, List, Set, Tuple, Union
 
 from . import op_rules
 from ._copies import new_leaf
-from ._rule_functions import Rules
 from ._numbers import local_grad_numbers, real_or_none, value_data
 
 __all__ = ["Value"]
@@ -175,7 +174,16 @@ FLOATS = {name: getattr(_ieee, name) for name in (
     "fabs")}
 FLOATS.update(div=_ieee.div, pow=_pow, powk=_powk, relu_of=_relu_of, relu_slope=_relu_slope,
               sigmoid_of=_sigmoid_of, sign_of=_sign_of)
-_RULES = Rules(FLOATS)
+_compiled: "list[Any]" = []
+
+
+def float_rules() -> Any:
+    """The rules over floats (a pygrad._rule_functions.Rules), compiled on
+    first use, not at import."""
+    if not _compiled:
+        from ._rule_functions import Rules
+        _compiled.append(Rules(FLOATS))
+    return _compiled[0]
 
 
 def _children_of(children: Iterable[Any]) -> Tuple["Value", ...]:
@@ -211,6 +219,7 @@ class Value:
         if not isinstance(_op, str):
             # microgpt's Value(data, children, local_grads)
             self._op = ""
+            self._rule = ("FUNCTION", None)
             grads = self._local_grads = tuple(local_grad_numbers(_op, self._children))
             out = self
 
@@ -247,7 +256,7 @@ class Value:
     # -- ops: each forward and gradient rule from pygrad/op_rules.py --------
 
     def _unary(self, code: str, name: str) -> "Value":
-        fwd, (_, grad) = _RULES.unary[code]
+        fwd, (_, grad) = float_rules().unary[code]
         out = Value(fwd(self.data), (self,), name)
         out._rule = (code, None)
 
@@ -257,7 +266,7 @@ class Value:
         return out
 
     def _binary(self, other: "Value", code: str, name: str) -> "Value":
-        fwd, (guard_a, grad_a), (guard_b, grad_b) = _RULES.binary[code]
+        fwd, (guard_a, grad_a), (guard_b, grad_b) = float_rules().binary[code]
         out = Value(fwd(self.data, other.data), (self, other), name)
         out._rule = (code, None)
         # micrograd makes a - b as a + (b * -1) and a / b as a * b**-1, whose
@@ -301,7 +310,7 @@ class Value:
         return self._unary("NEG", "neg")
 
     def _pow_const(self, k: float, name: str) -> "Value":
-        fwd, (guard, grad) = _RULES.powk
+        fwd, (guard, grad) = float_rules().powk
         out = Value(fwd(self.data, k), (self,), "**" + name)
         out._rule = ("POWK", k)
 

@@ -123,3 +123,21 @@ def run_blocks(blocks, filename: str, namespace=None) -> dict:
             got = "".join(printed.get(lineno, [])).rstrip("\n")
             assert got == text, f"{name}, line {lineno}: printed {got!r}, the comment says {text!r}"
     return ns
+
+
+def run_in_threads(work, n: int = 3) -> list:
+    """Run ``work()`` in n threads at once; the exceptions they raised."""
+    import threading
+    errors = []
+
+    def guarded():
+        try:
+            work()
+        except Exception as e:  # pragma: no cover - reported to the caller
+            errors.append(e)
+    threads = [threading.Thread(target=guarded) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

@@ -97,7 +97,7 @@ def test_a_backend_stays_one_object_through_copies_and_pickles(b):
 
 # (pygrad.gradcheck is the function: import the modules by name.)
 USERS = [importlib.import_module(f"pygrad.{m}")
-         for m in ("nn", "optim", "losses", "function", "gradcheck", "data")]
+         for m in ("nn", "optim", "losses", "function", "gradcheck", "data", "higher_order")]
 
 
 def _imports_of(tree):
@@ -119,8 +119,10 @@ def test_modules_leave_the_engine_choice_to_the_backend(mod):
     tree = ast.parse(inspect.getsource(mod))
     # Of the package, they import only the backend, the number rules and the
     # version (for messages): not the engines, their fused ops or the C core.
-    # (and _value_ops: the Value protocols, types only)
-    assert _imports_of(tree) <= {"_backend", "_numbers", "_version", "_value_ops"}, mod.__name__
+    # (and _value_ops: the Value protocols, types only; higher_order and
+    # _rule_functions, themselves engine-free: the backend's graph views)
+    assert _imports_of(tree) <= {"_backend", "_numbers", "_version", "_value_ops",
+                                 "higher_order", "_rule_functions", "_lazy", "function"}, mod.__name__
     assert "_backend" in _imports_of(tree), mod.__name__
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}

@@ -34,7 +34,7 @@ from helpers import python_blocks, run_blocks
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 GUIDES = ["api.md", "coming-from-micrograd.md", "coming-from-pytorch.md", "scaling-out.md",
-          "microgpt.md"]
+          "microgpt.md", "higher-order.md"]
 MAINTAINERS = ["internals.md", "lifetime.md", "performance.md", "development.md",
                "batched-tier.md"]
 PAGES = GUIDES + MAINTAINERS

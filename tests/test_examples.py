@@ -68,6 +68,7 @@ WRITES = {
     "04_moons": lambda: set() if matplotlib_missing() else {"moons_boundary.png"},
     "05_spiral_softmax": lambda: set() if matplotlib_missing() else {"spiral_boundary.png"},
     "10_sweep_dask": lambda: set() if matplotlib_missing() else {"sweep_heatmap.png"},
+    "11_higher_order": lambda: set() if matplotlib_missing() else {"tanh_derivatives.png"},
 }
 NEEDS = {"10_sweep_dask": "distributed"}
 
@@ -172,6 +173,15 @@ def test_micrograd_port_differs_from_micrograd_code_only_in_its_imports(ran):
     theirs = ns["main"](["--quick"])
     assert theirs["losses"] == pytest.approx(ours["losses"], rel=1e-9)
     assert theirs["predictions"] == pytest.approx(ours["predictions"], rel=1e-9)
+
+
+def test_higher_order_example_runs_newton_and_six_derivatives(ran):
+    r = ran("11_higher_order").result
+    x, y = r["newton"][-1]
+    assert abs(x - 1.0) < 1e-3 and abs(y - 0.5) < 1e-3
+    # at 0: tanh 0, then 1, 0, -2, 0, 16 (its Taylor series: x - x^3/3 + 2x^5/15)
+    at_zero = r["derivatives"][r["xs"].index(0.0)]
+    assert at_zero[:4] == [0.0, 1.0, 0.0, -2.0] and abs(at_zero[5] - 16.0) < 1e-12
 
 
 def test_an_example_runs_as_a_script(tmp_path):
