@@ -199,6 +199,7 @@ uint32_t pg_nkids_v(uintptr_t value);
 uintptr_t pg_kid_addr(uintptr_t value, uint32_t i);
 int32_t pg_local_grads_v(uintptr_t value, double *out, uint32_t cap);
 int pg_operands_are_kids(uintptr_t value);
+int32_t pg_kids_v(uintptr_t value, uintptr_t out, uintptr_t keys);
 int32_t pg_set_py_backward_v(uintptr_t value);
 int32_t pg_set_traced_v(uintptr_t value);
 int32_t pg_node_backward_v(uintptr_t value);

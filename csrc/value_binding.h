@@ -956,6 +956,39 @@ static int pg_operands_are_kids(uintptr_t value) {
     return value_node(v->b) == pg_kid(v->node, 1) ? 2 : 0;
 }
 
+/* The node's children as the Values that hold them, appended in order to
+ * list out, and their node addresses to list keys: the count, or -1 (out
+ * and keys untouched) unless the Value's operands are exactly its node's
+ * children (a, or a and b, or a tuple of Values; pygrad.grad then reads
+ * them the slow way). */
+static int32_t pg_kids_v(uintptr_t value, uintptr_t out, uintptr_t keys) {
+    pg_valueobj *v = as_value((PyObject *)value);
+    PyObject *o = (PyObject *)out, *k = (PyObject *)keys;
+    if (v == NULL || v->node == NULL || !PyList_Check(o) || !PyList_Check(k)) return -1;
+    uint32_t n = pg_nkids(v->node);
+    int tuple = n > 0 && v->a != NULL && PyTuple_Check(v->a);
+    if (tuple ? (uint32_t)PyTuple_Size(v->a) != n : n > 2) return -1;
+#define KID_VALUE(i) (tuple ? PyTuple_GetItem(v->a, (Py_ssize_t)(i)) : (i) == 0 ? v->a : v->b)
+    for (uint32_t i = 0; i < n; i++) {
+        PyObject *item = KID_VALUE(i);
+        if (item == NULL || value_node(item) != pg_kid(v->node, i)) return -1;
+    }
+    Py_ssize_t start = PyList_Size(o);
+    for (uint32_t i = 0; i < n; i++) {
+        PyObject *addr = PyLong_FromVoidPtr(pg_kid(v->node, i));
+        int bad = addr == NULL || PyList_Append(o, KID_VALUE(i)) || PyList_Append(k, addr);
+        Py_XDECREF(addr);
+        if (bad) {
+            PyErr_Clear();
+            PyList_SetSlice(o, start, PyList_Size(o), NULL);
+            PyList_SetSlice(k, start, PyList_Size(k), NULL);
+            return -1;
+        }
+    }
+#undef KID_VALUE
+    return (int32_t)n;
+}
+
 /* How many of program p's leaves are traced inputs (PG_F_TRACED) that are
  * not among the nodes of node list `inputs`: another trace's inputs, which
  * a Value kept from that trace brought in (pg_program_foreign_leaves). */

@@ -10,6 +10,7 @@ from ._core import ffi, lib
 from ._edges import ChildrenInOrder
 from .engine import is_noop
 from ._lifetime import pack
+from ._node_factory import make_nary
 from ._numbers import is_value
 from ._ops import OPS
 
@@ -30,6 +31,13 @@ class CGraph:
     node is known by its address (two Values can show one node)."""
 
     Value = _engine.Value
+
+    @staticmethod
+    def sum_of_products(bias: Any, terms: Sequence[Any]) -> Any:
+        """bias + terms[0] * terms[1] + terms[2] * terms[3] + ... (bias
+        None: none), Values all, as one fused node (pygrad.dot's)."""
+        variant = 0 if bias is None else lib.PG_LINEAR_BIAS
+        return make_nary(lib.PG_OP_LINEAR, variant, tuple(terms) if bias is None else (bias, *terms))
 
     @staticmethod
     def check(values: Sequence[Any], what: str) -> None:
@@ -64,9 +72,16 @@ class CGraph:
         return code, None
 
     @staticmethod
-    def kids(v: Any) -> Tuple[Any, ...]:
+    def kids_and_keys(v: Any) -> Tuple[Sequence[Any], Sequence[Any]]:
+        """The children in order, and their nodes' keys: in one C call
+        where the Value's operands are its children, else the slow way."""
+        kids: List[Any] = []
+        keys: List[Any] = []
+        if lib.pg_kids_v(id(v), id(kids), id(keys)) >= 0:
+            return kids, keys
         n = lib.pg_nkids_v(id(v))
-        return _children_in_order.read(v, n) if n else ()
+        found = _children_in_order.read(v, n) if n else ()
+        return found, [lib.pg_node_addr(id(k)) for k in found]
 
     @staticmethod
     def grad_numbers(outs: List[Any], seeds: List[float], ins: List[Any]) -> Optional[List[float]]:
@@ -93,6 +108,8 @@ class ReferenceGraph:
 
     Value = _reference.Value
     key = id
+
+    sum_of_products = staticmethod(_reference.sum_of_products)
     #: the rules' functions over floats (C's IEEE results)
     floats: Dict[str, Any] = _reference.FLOATS
     float_rules = staticmethod(_reference.float_rules)
@@ -120,8 +137,9 @@ class ReferenceGraph:
         return ("NONE", None) if is_noop(v._backward) else ("CUSTOM", None)
 
     @staticmethod
-    def kids(v: Any) -> Tuple[Any, ...]:
-        return v._children
+    def kids_and_keys(v: Any) -> Tuple[Sequence[Any], Sequence[Any]]:
+        kids = v._children
+        return kids, [id(k) for k in kids]
 
     @staticmethod
     def grad_numbers(outs: List[Any], seeds: List[float], ins: List[Any]) -> Optional[List[float]]:

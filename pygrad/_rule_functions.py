@@ -33,6 +33,19 @@ def compile_rule(text: str, params: str, namespace: Dict[str, Any]) -> Fn:
     return eval(code, dict(namespace))     # noqa: S307 - our own table's text
 
 
+def _coefficient(rule: Any, params: str, namespace: Dict[str, Any]) -> Optional[Fn]:
+    """For a rule of the form ``c * g`` (or ``g * c``), c not using g: c as
+    a function, so that a graph of gradients can gather such terms into one
+    fused sum (pygrad/higher_order.py); else None."""
+    body = ast.parse(rule[1] if isinstance(rule, tuple) else rule, mode="eval").body
+    if isinstance(body, ast.BinOp) and isinstance(body.op, ast.Mult):
+        for c, other in ((body.left, body.right), (body.right, body.left)):
+            uses_g = any(isinstance(n, ast.Name) and n.id == "g" for n in ast.walk(c))
+            if isinstance(other, ast.Name) and other.id == "g" and not uses_g:
+                return compile_rule(ast.unparse(c), params, namespace)
+    return None
+
+
 def _grad(rule: Any, params: str, namespace: Dict[str, Any], numbers: Dict[str, Any]) -> Grad:
     if isinstance(rule, tuple):
         return compile_rule(rule[0], params, numbers), compile_rule(rule[1], params, namespace)
@@ -63,3 +76,11 @@ class Rules:
         #: (forward(x, k), gradient(x, k, y, g))
         self.powk: Tuple[Fn, Grad] = (compile_rule(fwd, "x, k", ns),
                                       _grad(grad, "x, k, y, g", ns, nums))
+        #: each gradient's coefficient c where the rule is c * g (else None),
+        #: by the same keys: unary[code], binary[code] (a, b), powk
+        self.coefficients: Dict[str, Any] = {
+            code: _coefficient(grad, "x, y", ns) for code, (_, grad) in op_rules.UNARY.items()}
+        self.coefficients.update({
+            code: (_coefficient(ga, "a, b, y", ns), _coefficient(gb, "a, b, y", ns))
+            for code, (_, ga, gb) in op_rules.BINARY.items()})
+        self.coefficients["POWK"] = _coefficient(grad, "x, k, y", ns)

@@ -90,29 +90,46 @@ def _rules_over(V: type) -> Rules:
 # -- the sweep --------------------------------------------------------------------
 
 
-def _topo(roots: Sequence[Any], view: Any) -> List[Any]:
+class _Walk:
     """Every node below the roots, children first: csrc/backward.c's walk
     (a depth-first walk from each root in turn, children in order), so the
-    grads add up in backward()'s order."""
-    seen = set()
-    order: List[Any] = []
-    for root in roots:
-        if view.key(root) in seen:
-            continue
-        seen.add(view.key(root))
-        stack = [(root, iter(view.kids(root)))]
+    grads add up in backward()'s order.  Each node's key and children are
+    read once: ``key_of`` by the Values' ids (the walk holds them), and
+    ``kids_of`` by key."""
+
+    def __init__(self, roots: Sequence[Any], view: Any) -> None:
+        self.order: List[Any] = []
+        self.key_of: Dict[int, Any] = {}
+        self.kids_of: Dict[Any, Sequence[Any]] = {}
+        for root in roots:
+            self._walk(root, view)
+
+    def key(self, v: Any, view: Any) -> Any:
+        k = self.key_of.get(id(v))
+        if k is None:
+            k = self.key_of[id(v)] = view.key(v)
+        return k
+
+    def _walk(self, root: Any, view: Any) -> None:
+        kids_of, key_of = self.kids_of, self.key_of
+        k = self.key(root, view)
+        if k in kids_of:
+            return
+        kids, keys = view.kids_and_keys(root)
+        kids_of[k] = kids
+        stack = [(root, iter(zip(kids, keys)))]
         while stack:
-            node, kids = stack[-1]
-            for child in kids:
-                k = view.key(child)
-                if k not in seen:
-                    seen.add(k)
-                    stack.append((child, iter(view.kids(child))))
+            node, children = stack[-1]
+            for child, ck in children:
+                key_of[id(child)] = ck
+                if ck not in kids_of:
+                    grandkids, keys = view.kids_and_keys(child)
+                    kids_of[ck] = grandkids
+                    stack.append((child, iter(zip(grandkids, keys))))
                     break
             else:
                 stack.pop()
-                order.append(node)
-    return order
+                self.order.append(node)
 
 
 def custom_op_error(v: Any, what: str) -> TypeError:
@@ -132,46 +149,102 @@ def _function_error(v: Any) -> TypeError:
         "the op from Value operations.")
 
 
+class _Sums:
+    """Each node's gradient, as the terms that add up to it, in the order
+    backward() adds them: a term is a Value or number c (numbers: added at
+    once, from 0.0, as C's fresh grads) or, in a graph, a pair (c, g) for
+    c * g.  A graph's node gets its gradient as one fused sum of products
+    (b + c1 * g1 + c2 * g2 + ...: pygrad.dot's node, the same additions in
+    the same order), when the sweep reaches it, instead of a node per
+    term.  Nodes are known by their key (``key_of``: by Value id, from the
+    walk)."""
+
+    def __init__(self, walk: "_Walk", view: Any, graph: bool) -> None:
+        self.walk, self.view, self.graph = walk, view, graph
+        self.terms: Dict[Any, Any] = {}
+        self.done: Dict[Any, Any] = {}
+        V = view.Value
+        self.one = V(1.0)           # the factor of a plain term in a sum of products
+        self.constant = lambda c: c if is_value(c) else V(c)
+
+    def add(self, v: Any, c: Any, g: Any = None) -> None:
+        """Add c (times g, if given) to v's gradient."""
+        k = self.walk.key_of[id(v)]
+        if not self.graph:
+            c = c if g is None else c * g
+            old = self.terms.get(k)
+            self.terms[k] = 0.0 + c if old is None else old + c
+        elif k in self.terms:
+            self.terms[k].append((c, g))
+        else:
+            self.terms[k] = [(c, g)]
+
+    def take(self, v: Any) -> Any:
+        """v's gradient, complete once the sweep reaches v (None: none)."""
+        k = self.walk.key_of[id(v)]
+        terms = self.terms.pop(k, None)
+        if terms is None or not self.graph:
+            total = terms
+        elif len(terms) == 1:
+            c, g = terms[0]
+            total = c if g is None else c * g
+        else:
+            first, gfirst = terms[0]
+            bias = self.constant(first) if gfirst is None else None
+            flat: List[Any] = []
+            for c, g in (terms[1:] if bias is not None else terms):
+                flat.append(self.constant(c))
+                flat.append(self.one if g is None else g)
+            total = self.view.sum_of_products(bias, flat)
+        if total is not None:
+            self.done[k] = total
+        return total
+
+    def get(self, v: Any) -> Any:
+        k = self.walk.key(v, self.view)
+        return self.done.get(k, None if self.graph else self.terms.get(k))
+
+
 def _backprop(view: Any, outputs: Sequence[Any], seeds: Sequence[Any], rules: Rules,
-              graph: bool) -> Dict[Any, Any]:
-    """Every node's gradient of sum(seed * output), by node key: Values of
-    a new graph (``graph``) or numbers (from 0.0, as C's fresh grads)."""
-    order = _topo(outputs, view)
-    grads: Dict[Any, Any] = {}
-    key = view.key
-
-    def add(v: Any, c: Any) -> None:
-        k = key(v)
-        old = grads.get(k)
-        grads[k] = (c if graph else 0.0 + c) if old is None else old + c
-
+              graph: bool) -> "_Sums":
+    """Every node's gradient of sum(seed * output): Values of a new graph
+    (``graph``) or numbers."""
+    walk = _Walk(outputs, view)
+    sums = _Sums(walk, view, graph)
+    add = sums.add
     num: Callable[[Any], Any] = (lambda v: v) if graph else (lambda v: v.data)
-    ns = rules.namespace
+    ns, coef = rules.namespace, rules.coefficients
     for o, s in zip(outputs, seeds):
         add(o, s)
-    for v in reversed(order):
-        g = grads.get(key(v))
+    for v in reversed(walk.order):
+        g = sums.take(v)
         if g is None:
             continue
         code, extra = view.rule(v)
         if code in ("LEAF", "MAX", "NONE"):
             continue
-        kids = view.kids(v)
+        kids = walk.kids_of[walk.key(v, view)]
         if code in rules.unary:
-            _, (_, rule) = rules.unary[code]
-            add(kids[0], rule(num(kids[0]), num(v), g))
+            x, y = num(kids[0]), num(v)
+            c = coef[code]
+            if c is not None:
+                add(kids[0], c(x, y), g)
+            else:
+                add(kids[0], rules.unary[code][1][1](x, y, g))
         elif code in rules.binary:
             a, b = kids
             _, (guard_a, rule_a), (guard_b, rule_b) = rules.binary[code]
+            ca, cb = coef[code]
             da, db, dy = a.data, b.data, v.data
+            na, nb, ny = num(a), num(b), num(v)
             if guard_a is None or guard_a(da, db, dy, 0.0):
-                add(a, rule_a(num(a), num(b), num(v), g))
+                add(a, ca(na, nb, ny), g) if ca is not None else add(a, rule_a(na, nb, ny, g))
             if guard_b is None or guard_b(da, db, dy, 0.0):
-                add(b, rule_b(num(a), num(b), num(v), g))
+                add(b, cb(na, nb, ny), g) if cb is not None else add(b, rule_b(na, nb, ny, g))
         elif code == "POWK":
             _, (guard, rule) = rules.powk
             if guard(kids[0].data, extra, v.data, 0.0):
-                add(kids[0], rule(num(kids[0]), extra, num(v), g))
+                add(kids[0], coef["POWK"](num(kids[0]), extra, num(v)), g)
         elif code == "SUM":
             # csrc/ops.c's order: the plain graph's last add first.
             for j in range(len(kids) - 1, 1, -1):
@@ -191,22 +264,22 @@ def _backprop(view: Any, outputs: Sequence[Any], seeds: Sequence[Any], rules: Ru
                 s = s + t
             q = ns["div"](g, s)
             for j in range(len(kids) - 1, -1, -1):
-                add(kids[j], e[j] * q)
+                add(kids[j], e[j], q)
         elif code == "FUNCTION" and not graph:      # C's rule: partial * g
             for kid, p in zip(kids, _function_partials(v, extra, kids)):
-                add(kid, p * g)
+                add(kid, p, g)
         elif code == "FUNCTION":
             if extra is None:
                 raise _function_error(v)
             _function_grads(extra, kids, g, add, view.Value)
         else:
             raise custom_op_error(v, "pygrad.grad")
-    return grads
+    return sums
 
 
 def _linear_grads(v: Any, kids: Sequence[Any], variant: Tuple[Optional[str], bool], g: Any,
                   rules: Rules,
-                  num: Callable[[Any], Any], add: Callable[[Any, Any], None]) -> None:
+                  num: Callable[..., Any], add: Callable[..., None]) -> None:
     """A fused neuron (``variant``: its activation's op code or None, and
     whether it has a bias) act(b + w0*x0 + ...) as its plain graph: the
     activation's rule, then each product's (MUL's rule), last term first,
@@ -215,15 +288,15 @@ def _linear_grads(v: Any, kids: Sequence[Any], variant: Tuple[Optional[str], boo
     if act is not None:
         _, (_, rule) = rules.unary[act]
         g = rule(None, num(v), g)           # these rules read the output only
-    _, (_, w_rule), (_, x_rule) = rules.binary["MUL"]
+    w_coef, x_coef = rules.coefficients["MUL"]     # b * g and a * g
     first = 1 if bias else 0
     j = len(kids)
     while j > first:
         if first and j - 2 == first:
             add(kids[0], g)
         w, x = kids[j - 2], kids[j - 1]
-        add(w, w_rule(num(w), num(x), None, g))
-        add(x, x_rule(num(w), num(x), None, g))
+        add(w, w_coef(num(w), num(x), None), g)
+        add(x, x_coef(num(w), num(x), None), g)
         j -= 2
     if first and len(kids) == 1:
         add(kids[0], g)
@@ -239,7 +312,7 @@ def _shift(kids: Sequence[Any]) -> float:
     return 0.0 if math.isinf(m) else m
 
 
-def _function_grads(cls: Any, kids: Sequence[Any], g: Any, add: Callable[[Any, Any], None],
+def _function_grads(cls: Any, kids: Sequence[Any], g: Any, add: Callable[..., None],
                     V: type) -> None:
     """A differentiable pygrad.Function: its forward and backward run again
     on the Values, so the partials are Values of the graph."""
@@ -295,8 +368,8 @@ def grad(outputs: Scalars, inputs: Scalars, grad_outputs: Optional[Scalars] = No
     V = view.Value
     if create_graph:
         seeds = [s if is_value(s) else V(_seed(s)) for s in seeds]
-        grads = _backprop(view, outs, seeds, _rules_over(V), graph=True)
-        found = [grads.get(view.key(x)) for x in ins]
+        sums = _backprop(view, outs, seeds, _rules_over(V), graph=True)
+        found = [sums.get(x) for x in ins]
         return [V(0.0) if d is None else d for d in found]
     numbers = [_seed(s.data if is_value(s) else s) for s in seeds]
     return [V(x) for x in _grad_numbers(view, outs, numbers, ins)]
@@ -315,8 +388,9 @@ def _grad_numbers(view: Any, outs: List[Any], seeds: List[float], ins: List[Any]
     numbers = view.grad_numbers(outs, seeds, ins)
     if numbers is not None:
         return numbers
-    grads = _backprop(view, outs, seeds, _reference_rules(), graph=False)
-    return [grads.get(view.key(x), 0.0) for x in ins]
+    sums = _backprop(view, outs, seeds, _reference_rules(), graph=False)
+    found = [sums.get(x) for x in ins]
+    return [0.0 if d is None else d for d in found]
 
 
 def _leaves(xs: Any, what: str) -> Tuple[type, List[Any]]:
@@ -386,26 +460,27 @@ def jvp(f: Callable[..., Any], xs: Any, tangents: Any) -> Tuple[float, float]:
     y = _call(f, leaves, "jvp")
     view = _view_of([y] + leaves, "jvp's Values")
     tangent: Dict[Any, float] = {}
+    walk = _Walk([y], view)
     for x, tx in zip(leaves, t):
-        k = view.key(x)
+        k = walk.key(x, view)
         tangent[k] = tangent.get(k, 0.0) + tx
-    for v in _topo([y], view):
-        k = view.key(v)
+    for v in walk.order:
+        k = walk.key(v, view)
         if k in tangent:
             continue
-        ty = _tangent(v, view, tangent)
+        ty = _tangent(v, view, walk, tangent)
         if ty is not None:
             tangent[k] = ty
-    return y.data, tangent.get(view.key(y), 0.0)
+    return y.data, tangent.get(walk.key(y, view), 0.0)
 
 
-def _tangent(v: Any, view: Any, tangent: Dict[Any, float]) -> Optional[float]:
+def _tangent(v: Any, view: Any, walk: _Walk, tangent: Dict[Any, float]) -> Optional[float]:
     """The tangent of node v from its inputs' (None: no input has one)."""
     code, extra = view.rule(v)
     if code in ("LEAF", "MAX", "NONE"):
         return None
-    kids = view.kids(v)
-    ts = [tangent.get(view.key(k)) for k in kids]
+    kids = walk.kids_of[walk.key(v, view)]
+    ts = [tangent.get(walk.key(k, view)) for k in kids]
     if all(t is None for t in ts):
         return None
     rules = _reference_rules()

@@ -519,6 +519,37 @@ def logsumexp(values: Iterable[Any]) -> Value:
     return sum([(v - m).exp() for v in vs]).log() + m
 
 
+def sum_of_products(bias: Any, terms: "list[Value]") -> Value:
+    """``bias + terms[0] * terms[1] + terms[2] * terms[3] + ...`` (bias None:
+    none) as one node, as pygrad.grad(create_graph=True) gathers a
+    gradient's terms: csrc/ops.c's fused LINEAR node, the same numbers, and
+    a backward that adds to every child at once, in its order (the product
+    nodes last term first, the bias just before the first), so gradient
+    graphs have the same shape, and the same bits, on both engines."""
+    kids = tuple(terms) if bias is None else (bias, *terms)
+    first = 0 if bias is None else 1
+    acc = kids[0].data if bias is not None else kids[0].data * kids[1].data
+    for j in range(2 - first, len(kids), 2):
+        acc = acc + kids[j].data * kids[j + 1].data
+    out = Value(acc, kids, "linear")
+    out._rule = ("LINEAR", (None, bias is not None))
+
+    def _backward() -> None:
+        g = out.grad
+        j = len(kids)
+        while j > first:
+            if first and j - 2 == first:
+                kids[0].grad += g
+            w, x = kids[j - 2], kids[j - 1]
+            w.grad += x.data * g
+            x.grad += w.data * g
+            j -= 2
+        if first and len(kids) == 1:
+            kids[0].grad += g
+    out._backward = _backward
+    return out
+
+
 def detached_max(values: Iterable[Any]) -> Value:
     """The largest value's number as a new leaf (no gradient flows back)."""
     vs = [_as_value(v) for v in values]
