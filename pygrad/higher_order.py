@@ -27,7 +27,7 @@ import math
 import operator
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from . import _backend
+from . import _backend, op_rules
 from ._lazy import import_whole
 from ._numbers import is_value, real_or_none, to_real
 from ._rule_functions import Rules
@@ -179,6 +179,26 @@ class _Sums:
         else:
             self.terms[k] = [(c, g)]
 
+    def add_pairs(self, kids: Sequence[Any], first: int, g: Any) -> None:
+        """A fused neuron's terms, in its order: for each product w * x, last
+        first, w gets (x, g) and x gets (w, g); the bias, g, just before the
+        first product's (add's work, inlined: the bulk of a model's terms)."""
+        key_of, terms = self.walk.key_of, self.terms
+        j = len(kids)
+        while j > first:
+            if first and j - 2 == first:
+                self.add(kids[0], g)
+            for target, c in ((kids[j - 2], kids[j - 1]), (kids[j - 1], kids[j - 2])):
+                k = key_of[id(target)]
+                found = terms.get(k)
+                if found is None:
+                    terms[k] = [(c, g)]
+                else:
+                    found.append((c, g))
+            j -= 2
+        if first and len(kids) == 1:
+            self.add(kids[0], g)
+
     def take(self, v: Any) -> Any:
         """v's gradient, complete once the sweep reaches v (None: none)."""
         k = self.walk.key_of[id(v)]
@@ -253,7 +273,7 @@ def _backprop(view: Any, outputs: Sequence[Any], seeds: Sequence[Any], rules: Ru
             if len(kids) > 1:
                 add(kids[1], g)
         elif code == "LINEAR":
-            _linear_grads(v, kids, extra, g, rules, num, add)
+            _linear_grads(v, kids, extra, g, rules, num, sums)
         elif code == "LOGSUMEXP":
             # The plain graph: e_j = exp(x_j - m), s = e_0 + e_1 + ...,
             # x_j.grad += e_j * (g / s), last term first.
@@ -277,9 +297,14 @@ def _backprop(view: Any, outputs: Sequence[Any], seeds: Sequence[Any], rules: Ru
     return sums
 
 
+# MUL's rules, a * b -> (b * g, a * g): each factor's coefficient is the
+# other factor, so a fused neuron's terms can be gathered without a call
+# per term (the fast path below holds while op_rules says so).
+_MUL_SWAPS = op_rules.BINARY["MUL"][1:] == ("b * g", "a * g")
+
+
 def _linear_grads(v: Any, kids: Sequence[Any], variant: Tuple[Optional[str], bool], g: Any,
-                  rules: Rules,
-                  num: Callable[..., Any], add: Callable[..., None]) -> None:
+                  rules: Rules, num: Callable[..., Any], sums: "_Sums") -> None:
     """A fused neuron (``variant``: its activation's op code or None, and
     whether it has a bias) act(b + w0*x0 + ...) as its plain graph: the
     activation's rule, then each product's (MUL's rule), last term first,
@@ -288,8 +313,12 @@ def _linear_grads(v: Any, kids: Sequence[Any], variant: Tuple[Optional[str], boo
     if act is not None:
         _, (_, rule) = rules.unary[act]
         g = rule(None, num(v), g)           # these rules read the output only
-    w_coef, x_coef = rules.coefficients["MUL"]     # b * g and a * g
     first = 1 if bias else 0
+    add = sums.add
+    if sums.graph and _MUL_SWAPS:
+        sums.add_pairs(kids, first, g)
+        return
+    w_coef, x_coef = rules.coefficients["MUL"]     # b * g and a * g
     j = len(kids)
     while j > first:
         if first and j - 2 == first:
