@@ -3,7 +3,7 @@
     pip install jax jaxlib torch        # optional: each column runs if installed
     python benchmarks/bench_higher_order.py [--repeats 5]
 
-Three parts, each printed as a table; the last line is one JSON object.
+Four parts, each printed as a table; the last line is one JSON object.
 
 1. **HVP vs one gradient** on micrograd's moons MLP (2-16-16-1 ReLU, 100
    samples of make_moons, hinge loss + 1e-4 * sum(p * p), 337 parameters),
@@ -20,6 +20,9 @@ Three parts, each printed as a table; the last line is one JSON object.
    and the Hessian (mixed partials) of every binary op at fixed points,
    against ``jax.grad`` in float64; the goal is 1e-9 relative (or absolute
    under 1).
+4. **Memory**: 20,000 rounds of ``grad(create_graph=True)`` then ``grad``,
+   each dropped: the resident set and the live node count, before and
+   after.
 """
 import argparse
 import json
@@ -279,9 +282,39 @@ def part_jax():
     return {"worst": worst, "within_1e-9": worst <= 1e-9}
 
 
+def rss_kib() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+
+
+def part_memory(rounds: int):
+    """``rounds`` of grad(create_graph=True) then grad again, each dropped:
+    the live node count and the resident set before and after."""
+    from pygrad._core import lib
+
+    def once():
+        x, w = Value(0.3), Value(-1.1)
+        y = ((x * w).tanh() + (x / w).exp()) ** 2
+        gs = pygrad.grad(y, [x, w], create_graph=True)
+        pygrad.grad(gs[0] + gs[1], [x, w])
+    for _ in range(1000):
+        once()
+    import gc
+    gc.collect()
+    before, nodes = rss_kib(), lib.pg_live_nodes()
+    for _ in range(rounds):
+        once()
+    gc.collect()
+    after, nodes_after = rss_kib(), lib.pg_live_nodes()
+    print(f"\n4. {rounds:,} rounds of grad(create_graph=True) then grad, each dropped: "
+          f"RSS {before:,} -> {after:,} KiB, live nodes {nodes} -> {nodes_after}")
+    return {"rounds": rounds, "rss_kib": [before, after], "live_nodes": [nodes, nodes_after]}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=20000, help="memory rounds (part 4)")
     args = ap.parse_args()
     X, Y = moons()
     rng = random.Random(1)
@@ -289,7 +322,7 @@ def main():
     v = [rng.uniform(-1, 1) for _ in theta]
     out = {"hvp": part_hvp(X, Y, theta, v, args.repeats),
            "hessian": part_hessian(X, Y, theta, args.repeats),
-           "jax_agreement": part_jax()}
+           "jax_agreement": part_jax(), "memory": part_memory(args.rounds)}
     print(json.dumps(out))
 
 

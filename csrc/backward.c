@@ -370,9 +370,10 @@ void pg_node_backward(pg_node *n) {
  * output), with every grad below the outputs (and SUB's and DIV's hidden
  * grads) left as it was.  Under the sweep lock, in one pass: walk, save,
  * zero, seed, run the rules, read, restore; so a thread that holds the GIL
- * throughout never shows another a grad in between.  PG_E_SWEEP (nothing
- * done) if a Python closure lies below; PG_E_BUSY (nothing done) if
- * another walk holds the lock for about ms milliseconds more. */
+ * throughout never shows another a grad in between.  Nothing done, and
+ * PG_E_TRACED if a node below is a traced program's (its numbers are a
+ * trace's, not the program's), PG_E_SWEEP if a Python closure lies below,
+ * PG_E_BUSY if another walk holds the lock for about ms milliseconds more. */
 int32_t pg_grad_numbers(pg_node *const *outs, const double *seeds, uint32_t nout,
                         pg_node *const *ins, uint32_t nin, double *result, int ms) {
     if (nout == 0 || (nin > 0 && result == NULL)) return PG_E_ARG;
@@ -386,6 +387,7 @@ int32_t pg_grad_numbers(pg_node *const *outs, const double *seeds, uint32_t nout
     uint32_t flags = 0;
     int32_t rc = walk(outs, nout, &post, &flags);
     double *saved = NULL;
+    if (rc == 0 && (flags & PG_F_TRACED)) rc = PG_E_TRACED;
     if (rc == 0 && (flags & PG_F_PY_BACKWARD)) rc = PG_E_SWEEP;
     if (rc == 0 && (saved = pg_malloc((post.n ? post.n : 1) * 2 * sizeof *saved)) == NULL)
         rc = PG_E_NOMEM;
@@ -407,7 +409,7 @@ int32_t pg_grad_numbers(pg_node *const *outs, const double *seeds, uint32_t nout
         }
         free(saved);
     }
-    if (rc == 0 || rc == PG_E_SWEEP) unmark(&post);
+    if (rc == 0 || rc == PG_E_SWEEP || rc == PG_E_TRACED) unmark(&post);
     if (post.cap > SCRATCH_KEPT) {
         free(post.p);
         post = (nodes){NULL, 0, 0};

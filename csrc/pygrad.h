@@ -67,6 +67,8 @@ typedef struct pg_node {
 #define PG_E_ARG -3
 #define PG_E_SWEEP -5
 #define PG_E_BUSY -8
+/* pygrad.grad over a graph made from a token program's traced inputs. */
+#define PG_E_TRACED -9
 
 /* LINEAR's variant: activation (the PG_ACT_MASK bits) | PG_LINEAR_BIAS. */
 #define PG_ACT_MASK 3

@@ -185,7 +185,7 @@ class Backend:
                 v.grad += p * out.grad
         out._backward = _backward
         if hasattr(out, "_rule"):      # a reference Value: pygrad.grad reads these
-            out._rule = ("FUNCTION", None)
+            out._rule = ("FUNCTION", None, _backward)
             out._local_grads = tuple(partials)
         return out
 

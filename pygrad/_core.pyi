@@ -132,6 +132,7 @@ class _Lib:
     PG_E_ARG: int
     PG_E_SWEEP: int
     PG_E_BUSY: int
+    PG_E_TRACED: int
     PG_ACT_MASK: int
     PG_ACT_NONE: int
     PG_ACT_RELU: int

@@ -26,6 +26,13 @@ def function_class(v: Any) -> Any:
     return d.get("_pg_function") if d else None
 
 
+def traced_error() -> ValueError:
+    return ValueError(
+        "pygrad.grad: this graph holds Values made from a token program's traced inputs "
+        "(pygrad.per_length), whose numbers are the trace's, not the program's: differentiate "
+        "an eager graph (call the model with int tokens), or let the program train")
+
+
 class CGraph:
     """pygrad.Value's graph: op, constant and children from the C node; a
     node is known by its address (two Values can show one node)."""
@@ -41,7 +48,11 @@ class CGraph:
 
     @staticmethod
     def check(values: Sequence[Any], what: str) -> None:
-        """Nothing to refuse: every pygrad.Value has a C node."""
+        """TypeError for a Value whose __init__ never ran (no node)."""
+        for v in values:
+            if is_value(v) and not lib.pg_node_addr(id(v)):
+                raise TypeError(f"{what}: a Value whose __init__ never ran has no node: "
+                                "make Values with Value(x)")
 
     @staticmethod
     def key(v: Any) -> int:
@@ -57,9 +68,14 @@ class CGraph:
                             "make Values with Value(x)")
         op, flags = d & 0xFF, d >> 8
         code = _CODE[op]
+        if flags & lib.PG_F_TRACED:
+            raise traced_error()
         if flags & lib.PG_F_PY_BACKWARD:
-            return "CUSTOM", None
-        if code == "CUSTOM":             # Value(x, children, op) with no _backward
+            fn = getattr(v, "__dict__", {}).get("_backward")
+            # Value(x, children, op) whose _backward was never set (or is
+            # micrograd's `lambda: None`) adds nothing: backward() skips it
+            return ("NONE", None) if fn is None or is_noop(fn) else ("CUSTOM", None)
+        if code == "CUSTOM":
             return "NONE", None
         if code == "POWK":
             return code, lib.pg_exponent_v(id(v))
@@ -96,6 +112,8 @@ class CGraph:
             rc = lib.pg_grad_numbers_l(id(o), s, len(seeds), id(i), result, len(ins))
         if rc == lib.PG_E_SWEEP:     # a Python closure below: the caller's sweep says which
             return None
+        if rc == lib.PG_E_TRACED:
+            raise traced_error()
         if rc == lib.PG_E_NOMEM:
             raise MemoryError("pygrad: out of memory in grad()")
         if rc < 0:
@@ -120,18 +138,24 @@ class ReferenceGraph:
             if is_value(v) and not isinstance(v, _reference.Value):
                 raise TypeError(f"{what}: pygrad.grad works on pygrad.Value and "
                                 f"pygrad.reference.Value, not {type(v).__name__}")
+            if is_value(v) and not hasattr(v, "_children"):
+                raise TypeError(f"{what}: a Value whose __init__ never ran has no children "
+                                "or op: make Values with Value(x)")
 
     @staticmethod
     def rule(v: Any) -> Tuple[str, Any]:
         if not isinstance(v, _reference.Value):
             raise TypeError("pygrad.grad works on pygrad.Value and pygrad.reference.Value, "
                             f"not {type(v).__name__}")
-        r = getattr(v, "_rule", None)     # (unset on a Value whose __init__ never ran)
-        if r is not None and r[0] == "FUNCTION":
-            return "FUNCTION", function_class(v)
-        if r is not None:
-            return r
-        if not v._children:
+        if not hasattr(v, "_children"):
+            raise TypeError("pygrad.grad: a Value whose __init__ never ran has no children "
+                            "or op: make Values with Value(x)")
+        # _rule: (code, constant, the op's own _backward): a _backward set
+        # since is the user's closure, which the rule no longer describes
+        r = getattr(v, "_rule", None)
+        if r is not None and v._backward is r[2]:
+            return ("FUNCTION", function_class(v)) if r[0] == "FUNCTION" else (r[0], r[1])
+        if r is None and not v._children and is_noop(v._backward):
             return "LEAF", None
         # Value(x, children, op) with micrograd's `lambda: None` does nothing
         return ("NONE", None) if is_noop(v._backward) else ("CUSTOM", None)

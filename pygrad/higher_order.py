@@ -216,6 +216,12 @@ class _Sums:
                 flat.append(self.constant(c))
                 flat.append(self.one if g is None else g)
             total = self.view.sum_of_products(bias, flat)
+        if self.graph and total is not None:
+            d = total.data
+            if d == 0.0 and math.copysign(1.0, d) < 0.0:
+                # C's fresh grad is 0.0, and 0.0 + -0.0 is +0.0: a graph whose
+                # sum starts at its first term would keep -0.0
+                total = total + 0.0
         if total is not None:
             self.done[k] = total
         return total
@@ -348,12 +354,14 @@ def _function_grads(cls: Any, kids: Sequence[Any], g: Any, add: Callable[..., No
     from .function import Context
     ctx = Context()
     cls.forward(ctx, *kids)
-    partials = cls.backward(ctx, g)
+    # backward(ctx, 1) times g, as apply() and the C rule take it: the same
+    # numbers as backward()'s, bit for bit
+    partials = cls.backward(ctx, V(1.0))
     if not isinstance(partials, (tuple, list)) or len(partials) != len(kids):
         raise ValueError(f"{cls.__name__}.backward must return {len(kids)} grads (one per input), "
                          f"got {partials!r}")
     for kid, p in zip(kids, partials):
-        add(kid, p if is_value(p) else V(to_real(p, f"{cls.__name__}.backward's grads")))
+        add(kid, p if is_value(p) else V(to_real(p, f"{cls.__name__}.backward's grads")), g)
 
 
 # -- the public calls -------------------------------------------------------------
@@ -443,11 +451,14 @@ def _call(f: Callable[..., Any], leaves: List[Any], what: str) -> Any:
 
 
 def _numbers(xs: Any, n: int, what: str) -> List[float]:
-    np = import_whole("numpy")
-    items = list(np.asarray(xs, dtype=np.float64).ravel()) if not is_value(xs) else [xs.data]
+    """xs (numbers, Values or a 1-d array) as n floats."""
+    if is_value(xs) or isinstance(xs, (str, bytes)) or not hasattr(xs, "__iter__"):
+        items = [xs]
+    else:
+        items = list(xs)
     if len(items) != n:
         raise ValueError(f"{what} has {len(items)} numbers for {n} inputs")
-    return [float(x) for x in items]
+    return [to_real(x.data if is_value(x) else x, what) for x in items]
 
 
 def hvp(f: Callable[..., Any], xs: Any, vs: Any) -> Any:
@@ -475,7 +486,7 @@ def hessian(f: Callable[..., Any], xs: Any) -> Any:
     rows = [[x.data for x in grad(gi, leaves)] for gi in first]
     np = import_whole("numpy")
     h = np.array(rows, dtype=np.float64).reshape(len(leaves), len(leaves))
-    return (h + h.T) * 0.5
+    return h * 0.5 + h.T * 0.5        # (halves first: h + h.T could overflow)
 
 
 def jvp(f: Callable[..., Any], xs: Any, tangents: Any) -> Tuple[float, float]:

@@ -201,8 +201,9 @@ class Value:
     # __dict__: attributes of one's own (an optimizer's momentum buffer), as
     # on micrograd's Value and pygrad.Value.
     # _local_grads: set only on a Value made microgpt's way (below).
-    # _rule: (op code, its constant) for an op of pygrad/op_rules.py, which
-    # pygrad.grad reads; None for a leaf or a custom op.
+    # _rule: (op code, its constant, the op's own _backward) for an op of
+    # pygrad/op_rules.py, which pygrad.grad reads; None for a leaf or a
+    # custom op.
     __slots__ = ("data", "grad", "_backward", "_children", "_op", "label", "_created",
                  "_local_grads", "_rule", "__dict__", "__weakref__")
 
@@ -219,7 +220,6 @@ class Value:
         if not isinstance(_op, str):
             # microgpt's Value(data, children, local_grads)
             self._op = ""
-            self._rule = ("FUNCTION", None)
             grads = self._local_grads = tuple(local_grad_numbers(_op, self._children))
             out = self
 
@@ -227,6 +227,7 @@ class Value:
                 for child, g in zip(out._children, grads):
                     child.grad += g * out.grad
             self._backward = _backward
+            self._rule = ("FUNCTION", None, _backward)
 
     def __copy__(self) -> "Value":
         """A new leaf with the same data, grad, label and attributes (as
@@ -258,17 +259,16 @@ class Value:
     def _unary(self, code: str, name: str) -> "Value":
         fwd, (_, grad) = float_rules().unary[code]
         out = Value(fwd(self.data), (self,), name)
-        out._rule = (code, None)
 
         def _backward() -> None:
             self.grad += grad(self.data, out.data, out.grad)
         out._backward = _backward
+        out._rule = (code, None, _backward)
         return out
 
     def _binary(self, other: "Value", code: str, name: str) -> "Value":
         fwd, (guard_a, grad_a), (guard_b, grad_b) = float_rules().binary[code]
         out = Value(fwd(self.data, other.data), (self, other), name)
-        out._rule = (code, None)
         # micrograd makes a - b as a + (b * -1) and a / b as a * b**-1, whose
         # hidden inner node keeps a grad that a second backward() adds to
         # again; `hidden` is that grad (csrc/ops.c keeps it in the node),
@@ -287,6 +287,7 @@ class Value:
             if guard_b is None or guard_b(a, b, y, gb):
                 other.grad += grad_b(a, b, y, gb)
         out._backward = _backward
+        out._rule = (code, None, _backward)
         return out
 
     def __add__(self, other: Operand) -> "Value":
@@ -312,13 +313,13 @@ class Value:
     def _pow_const(self, k: float, name: str) -> "Value":
         fwd, (guard, grad) = float_rules().powk
         out = Value(fwd(self.data, k), (self,), "**" + name)
-        out._rule = ("POWK", k)
 
         def _backward() -> None:
             x, y, g = self.data, out.data, out.grad
             if guard(x, k, y, g):
                 self.grad += grad(x, k, y, g)
         out._backward = _backward
+        out._rule = ("POWK", k, _backward)
         return out
 
     def exp(self) -> "Value":
@@ -532,7 +533,6 @@ def sum_of_products(bias: Any, terms: "list[Value]") -> Value:
     for j in range(2 - first, len(kids), 2):
         acc = acc + kids[j].data * kids[j + 1].data
     out = Value(acc, kids, "linear")
-    out._rule = ("LINEAR", (None, bias is not None))
 
     def _backward() -> None:
         g = out.grad
@@ -547,6 +547,7 @@ def sum_of_products(bias: Any, terms: "list[Value]") -> Value:
         if first and len(kids) == 1:
             kids[0].grad += g
     out._backward = _backward
+    out._rule = ("LINEAR", (None, bias is not None), _backward)
     return out
 
 
