@@ -103,7 +103,22 @@ def batched():
     return [*out.tolist(), *model.get_grad().tolist()]
 
 
-SCENARIOS = [chain, fused_mlp, python_backward, function_op, replay, batched]
+def higher_order():
+    """pygrad.grad over ~9k nodes: the numbers in one C call (its walk's
+    scratch and saved grads), and a gradient graph differentiated again;
+    the grads it leaves must be the ones it found."""
+    a, b = Value(0.3), Value(0.7)
+    a.grad, b.grad = 0.25, -0.5
+    y = a
+    for _ in range(3_000):
+        y = (y * b + 0.5).tanh()
+    numbers = [g.data for g in pygrad.grad(y, [a, b])]
+    (ga, gb) = pygrad.grad(y * y, [a, b], create_graph=True)
+    second = [g.data for g in pygrad.grad(ga + gb, [a, b])]
+    return [*numbers, *second, a.grad, b.grad]
+
+
+SCENARIOS = [chain, fused_mlp, python_backward, function_op, replay, batched, higher_order]
 
 
 def live_nodes() -> int:
@@ -116,7 +131,7 @@ def live_nodes() -> int:
 # 12k nodes (a test core keeps no more than 4,096 entries of it between
 # walks: csrc/backward.c).  Node memory is Python's, so a failed ffi.new is
 # Python's own MemoryError, not tested here.
-ALLOCATING = {"chain", "python_backward", "replay", "batched"}
+ALLOCATING = {"chain", "python_backward", "replay", "batched", "higher_order"}
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__)
