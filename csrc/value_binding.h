@@ -989,6 +989,199 @@ static int32_t pg_kids_v(uintptr_t value, uintptr_t out, uintptr_t keys) {
     return (int32_t)n;
 }
 
+/* -- pygrad.grad(create_graph=True)'s bookkeeping (pygrad/higher_order.py
+ * does the same in Python where these return -1) ---------------------------- */
+
+/* Value o's children as its operands hold them, in order, as a new tuple,
+ * or NULL (no error set) unless its operands are exactly its node's
+ * children (what pg_kids_v checks). */
+static PyObject *operand_kids(PyObject *o) {
+    pg_valueobj *v = as_value(o);
+    if (v == NULL || v->node == NULL) return NULL;
+    uint32_t n = pg_nkids(v->node);
+    int tuple = n > 0 && v->a != NULL && PyTuple_Check(v->a);
+    if (tuple ? (uint32_t)PyTuple_Size(v->a) != n : n > 2) return NULL;
+    PyObject *kids = PyTuple_New((Py_ssize_t)n);
+    if (kids == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        PyObject *item = tuple ? PyTuple_GetItem(v->a, (Py_ssize_t)i) : i == 0 ? v->a : v->b;
+        if (item == NULL || value_node(item) != pg_kid(v->node, i)) {
+            Py_DECREF(kids);
+            return NULL;
+        }
+        Py_INCREF(item);
+        PyTuple_SetItem(kids, (Py_ssize_t)i, item);
+    }
+    return kids;
+}
+
+/* A node's key: its address, as a Python int (new reference). */
+static PyObject *node_key(PyObject *o) {
+    return PyLong_FromVoidPtr(value_node(o));
+}
+
+/* The walk of pygrad.grad: every Value below the Values of list roots,
+ * children first (csrc/backward.c's order: a depth-first walk from each
+ * root in turn, children in order), appended to list order; dict kids_of
+ * gets each node's key -> its children (a tuple), key_of each Value's
+ * id -> its node's key.  A Value whose operands are not its node's
+ * children gets them from slow_kids(value) (a tuple: pygrad's Python
+ * reading, which may make Values for nodes without one).  0, or -1 (what
+ * was appended stays; Python raises or starts over) on an error, which is
+ * cleared only if it is a MemoryError's. */
+static int32_t pg_walk_l(uintptr_t roots, uintptr_t order, uintptr_t kids_of, uintptr_t key_of,
+                         uintptr_t slow_kids) {
+    PyObject *r = (PyObject *)roots, *out = (PyObject *)order, *slow = (PyObject *)slow_kids;
+    PyObject *kd = (PyObject *)kids_of, *kk = (PyObject *)key_of;
+    if (!PyList_Check(r) || !PyList_Check(out) || !PyDict_Check(kd) || !PyDict_Check(kk)) return -1;
+    /* the stack: a Value, its children and the next child's index */
+    typedef struct { PyObject *v, *kids; Py_ssize_t next; } entry;
+    size_t cap = 64, depth = 0;
+    entry *stack = PyMem_Malloc(cap * sizeof *stack);
+    if (stack == NULL) return -1;
+    int32_t rc = 0;
+#define VISIT(o, ok)                                                                  \
+    do {                                                                              \
+        PyObject *key_ = node_key(o), *id_ = PyLong_FromVoidPtr(o);                   \
+        ok = 0;                                                                       \
+        if (key_ != NULL && id_ != NULL && PyDict_SetItem(kk, id_, key_) == 0) {      \
+            int seen_ = PyDict_Contains(kd, key_);                                    \
+            if (seen_ == 1) {                                                         \
+                ok = 1;                                                               \
+            } else if (seen_ == 0) {                                                  \
+                PyObject *kids_ = operand_kids(o);                                    \
+                if (kids_ == NULL) kids_ = PyObject_CallFunctionObjArgs(slow, o, NULL); \
+                if (kids_ != NULL && !PyTuple_Check(kids_)) Py_CLEAR(kids_);          \
+                if (kids_ != NULL && PyDict_SetItem(kd, key_, kids_) == 0) {          \
+                    if (depth == cap) {                                               \
+                        entry *more_ = PyMem_Realloc(stack, 2 * cap * sizeof *stack); \
+                        if (more_ != NULL) { stack = more_; cap *= 2; }               \
+                    }                                                                 \
+                    if (depth < cap) {                                                \
+                        stack[depth++] = (entry){o, kids_, 0};                        \
+                        kids_ = NULL;                                                 \
+                        ok = 1;                                                       \
+                    }                                                                 \
+                }                                                                     \
+                Py_XDECREF(kids_);                                                    \
+            }                                                                         \
+        }                                                                             \
+        Py_XDECREF(key_);                                                             \
+        Py_XDECREF(id_);                                                              \
+    } while (0)
+    for (Py_ssize_t i = 0; i < PyList_Size(r) && rc == 0; i++) {
+        int ok;
+        VISIT(PyList_GetItem(r, i), ok);
+        if (!ok) rc = -1;
+        while (depth > 0 && rc == 0) {
+            entry *top = &stack[depth - 1];
+            if (top->next < PyTuple_Size(top->kids)) {
+                PyObject *child = PyTuple_GetItem(top->kids, top->next++);
+                VISIT(child, ok);
+                if (!ok) rc = -1;
+            } else {
+                if (PyList_Append(out, top->v)) rc = -1;
+                Py_DECREF(top->kids);
+                depth--;
+            }
+        }
+    }
+#undef VISIT
+    while (depth > 0) Py_DECREF(stack[--depth].kids);
+    PyMem_Free(stack);
+    if (rc) PyErr_Clear();         /* Python walks again, and meets any error itself */
+    return rc;
+}
+
+/* A fused neuron's terms (pygrad/higher_order.py, _Sums.add_pairs): for
+ * each product w * x of the children (tuple kids, from index first), last
+ * first, dict terms gets (x, g) under w's key and (w, g) under x's; the
+ * bias (first == 1), g, just before the first product's.  0, or -1 with
+ * nothing appended for the pair it failed at (Python then fails too). */
+static int32_t pg_add_pairs_l(uintptr_t kids, uint32_t first, uintptr_t g, uintptr_t terms) {
+    PyObject *k = (PyObject *)kids, *gv = (PyObject *)g, *t = (PyObject *)terms;
+    if (!PyTuple_Check(k) || !PyDict_Check(t)) return -1;
+    Py_ssize_t n = PyTuple_Size(k);
+#define ADD_TERM(target, c, mult)                                              \
+    do {                                                                       \
+        PyObject *key_ = node_key(target);                                     \
+        PyObject *item_ = key_ != NULL ? PyTuple_Pack(2, c, mult) : NULL;      \
+        PyObject *list_ = key_ != NULL ? PyDict_GetItem(t, key_) : NULL;       \
+        int bad_ = item_ == NULL;                                              \
+        if (!bad_ && list_ != NULL) {                                          \
+            bad_ = PyList_Append(list_, item_);                                \
+        } else if (!bad_) {                                                    \
+            PyObject *new_ = PyList_New(1);                                    \
+            bad_ = new_ == NULL;                                               \
+            if (!bad_) {                                                       \
+                Py_INCREF(item_);                                              \
+                PyList_SetItem(new_, 0, item_);                                \
+                bad_ = PyDict_SetItem(t, key_, new_);                          \
+                Py_DECREF(new_);                                               \
+            }                                                                  \
+        }                                                                      \
+        Py_XDECREF(item_);                                                     \
+        Py_XDECREF(key_);                                                      \
+        if (bad_) {                                                            \
+            PyErr_Clear();                                                     \
+            return -1;                                                         \
+        }                                                                      \
+    } while (0)
+    for (Py_ssize_t j = n; j > (Py_ssize_t)first; j -= 2) {
+        PyObject *w = PyTuple_GetItem(k, j - 2), *x = PyTuple_GetItem(k, j - 1);
+        if (first && j - 2 == (Py_ssize_t)first) ADD_TERM(PyTuple_GetItem(k, 0), gv, Py_None);
+        ADD_TERM(w, x, gv);
+        ADD_TERM(x, w, gv);
+    }
+    if (first && n == 1) ADD_TERM(PyTuple_GetItem(k, 0), gv, Py_None);
+#undef ADD_TERM
+    return 0;
+}
+
+/* A gradient's terms as one fused node on the fresh Value out: list terms
+ * of pairs (c, g), c and g Values or g None (a plain term: times Value
+ * one), made b + c1 * g1 + c2 * g2 + ... (b the first term if plain): the
+ * additions in the terms' order.  0, or PG_E_ARG (nothing made) if a c is
+ * no Value (Python then takes it). */
+static int32_t pg_sum_of_products_l(uintptr_t out, uintptr_t terms, uintptr_t one) {
+    PyObject *t = (PyObject *)terms, *o = (PyObject *)one;
+    if (!PyList_Check(t) || PyList_Size(t) < 2 || value_node(o) == NULL) return PG_E_ARG;
+    Py_ssize_t n = PyList_Size(t);
+    PyObject *first = PyList_GetItem(t, 0);
+    if (!PyTuple_Check(first) || PyTuple_Size(first) != 2) return PG_E_ARG;
+    int bias = PyTuple_GetItem(first, 1) == Py_None;
+    PyObject *values = PyTuple_New(2 * n - (bias ? 1 : 0));
+    if (values == NULL) {
+        PyErr_Clear();
+        return PG_E_NOMEM;
+    }
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyList_GetItem(t, i);
+        if (!PyTuple_Check(pair) || PyTuple_Size(pair) != 2) {
+            Py_DECREF(values);
+            return PG_E_ARG;
+        }
+        PyObject *c = PyTuple_GetItem(pair, 0), *g = PyTuple_GetItem(pair, 1);
+        if (value_node(c) == NULL || (g != Py_None && value_node(g) == NULL)) {
+            Py_DECREF(values);
+            return PG_E_ARG;
+        }
+        Py_INCREF(c);
+        PyTuple_SetItem(values, at++, c);
+        if (i == 0 && bias) continue;
+        PyObject *m = g == Py_None ? o : g;
+        Py_INCREF(m);
+        PyTuple_SetItem(values, at++, m);
+    }
+    int32_t rc = pg_nary_v(out, PG_OP_LINEAR, bias ? PG_LINEAR_BIAS : 0, (uintptr_t)values);
+    Py_DECREF(values);
+    return rc;
+}
+
 /* How many of program p's leaves are traced inputs (PG_F_TRACED) that are
  * not among the nodes of node list `inputs`: another trace's inputs, which
  * a Value kept from that trace brought in (pg_program_foreign_leaves). */

@@ -11,6 +11,8 @@ from ._edges import ChildrenInOrder
 from .engine import is_noop
 from ._lifetime import pack
 from ._node_factory import make_nary
+
+_new = object.__new__
 from ._numbers import is_value
 from ._ops import OPS
 
@@ -33,11 +35,47 @@ def traced_error() -> ValueError:
         "an eager graph (call the model with int tokens), or let the program train")
 
 
+def _slow_kids(v: Any) -> Tuple[Any, ...]:
+    n = lib.pg_nkids_v(id(v))
+    return tuple(_children_in_order.read(v, n)) if n else ()
+
+
 class CGraph:
     """pygrad.Value's graph: op, constant and children from the C node; a
     node is known by its address (two Values can show one node)."""
 
     Value = _engine.Value
+
+    # The bookkeeping of grad(create_graph=True) in one C call each
+    # (csrc/value_binding.h), where the graph allows: False / None, and
+    # pygrad/higher_order.py does the same in Python.
+
+    @staticmethod
+    def walk(roots: List[Any], order: List[Any], kids_of: Dict[Any, Any],
+             key_of: Dict[int, Any]) -> bool:
+        """_Walk's walk (pg_walk_l), a Value whose operands are not its
+        node's children read the slow way; False (Python walks, and meets
+        the error itself) on an error."""
+        return lib.pg_walk_l(id(roots), id(order), id(kids_of), id(key_of), id(_slow_kids)) == 0
+
+    @staticmethod
+    def gather_products(kids: Any, first: int, g: Any, terms: Dict[Any, Any]) -> bool:
+        """_Sums.add_pairs (pg_add_pairs_l), for children in a tuple."""
+        if type(kids) is not tuple:
+            return False
+        if lib.pg_add_pairs_l(id(kids), first, id(g), id(terms)):
+            raise MemoryError("pygrad: out of memory in grad()")
+        return True
+
+    @staticmethod
+    def sum_terms(terms: List[Any], one: Any) -> Any:
+        """_Sums.take's fused sum (pg_sum_of_products_l); None if a
+        coefficient is a number (Python makes it a leaf first)."""
+        out = _new(_engine.Value)
+        rc = lib.pg_sum_of_products_l(id(out), id(terms), id(one))
+        if rc == lib.PG_E_NOMEM:
+            raise MemoryError("pygrad: out of memory in grad()")
+        return out if rc == 0 else None
 
     @staticmethod
     def sum_of_products(bias: Any, terms: Sequence[Any]) -> Any:
@@ -95,8 +133,7 @@ class CGraph:
         keys: List[Any] = []
         if lib.pg_kids_v(id(v), id(kids), id(keys)) >= 0:
             return kids, keys
-        n = lib.pg_nkids_v(id(v))
-        found = _children_in_order.read(v, n) if n else ()
+        found = _slow_kids(v)
         return found, [lib.pg_node_addr(id(k)) for k in found]
 
     @staticmethod
@@ -126,6 +163,19 @@ class ReferenceGraph:
 
     Value = _reference.Value
     key = id
+
+    @staticmethod
+    def walk(roots: List[Any], order: List[Any], kids_of: Dict[Any, Any],
+             key_of: Dict[int, Any]) -> bool:
+        return False
+
+    @staticmethod
+    def gather_products(kids: Any, first: int, g: Any, terms: Dict[Any, Any]) -> bool:
+        return False
+
+    @staticmethod
+    def sum_terms(terms: List[Any], one: Any) -> Any:
+        return None
 
     sum_of_products = staticmethod(_reference.sum_of_products)
     #: the rules' functions over floats (C's IEEE results)

@@ -101,6 +101,11 @@ class _Walk:
         self.order: List[Any] = []
         self.key_of: Dict[int, Any] = {}
         self.kids_of: Dict[Any, Sequence[Any]] = {}
+        if view.walk(list(roots), self.order, self.kids_of, self.key_of):
+            return
+        self.order.clear()
+        self.key_of.clear()
+        self.kids_of.clear()
         for root in roots:
             self._walk(root, view)
 
@@ -183,6 +188,8 @@ class _Sums:
         """A fused neuron's terms, in its order: for each product w * x, last
         first, w gets (x, g) and x gets (w, g); the bias, g, just before the
         first product's (add's work, inlined: the bulk of a model's terms)."""
+        if self.view.gather_products(kids, first, g, self.terms):
+            return
         key_of, terms = self.walk.key_of, self.terms
         j = len(kids)
         while j > first:
@@ -209,6 +216,8 @@ class _Sums:
             c, g = terms[0]
             total = c if g is None else c * g
         else:
+            total = self.view.sum_terms(terms, self.one)
+        if total is None and terms is not None and self.graph:
             first, gfirst = terms[0]
             bias = self.constant(first) if gfirst is None else None
             flat: List[Any] = []

@@ -454,3 +454,21 @@ def test_compiled_and_traced_tiers():
     program.forward()
     (d,) = pygrad.grad(y, [x], create_graph=True)
     assert d.data == pytest.approx(2 * 0.4 * math.cos(0.16))
+
+
+def test_pygrad_nn_models_differentiate_twice_as_the_reference_engine():
+    # fused layers (C) against the reference engine's micrograd graph
+    from pygrad import nn
+    c_model = nn.MLP(2, [3, 3, 1])
+    r_model = nn.MLP(2, [3, 3, 1], engine="reference", fused=False)
+    for p, q in zip(r_model.parameters(), c_model.parameters()):
+        p.data = q.data
+    points = [([0.5, -1.0], 0.3), ([-0.2, 0.8], -0.7), ([1.1, 0.4], 0.9)]
+
+    def rows(model):
+        params = model.parameters()
+        loss = sum(((model(x) - t) ** 2 for x, t in points), model.parameters()[0] * 0.0)
+        first = pygrad.grad(loss, params, create_graph=True)
+        return [[d.data for d in pygrad.grad(g, params)] for g in first[:6]]
+    for c_row, r_row in zip(rows(c_model), rows(r_model)):
+        assert c_row == pytest.approx(r_row, rel=1e-12, abs=1e-14)
