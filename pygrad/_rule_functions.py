@@ -28,7 +28,9 @@ class _DivToCall(ast.NodeTransformer):
 def compile_rule(text: str, params: str, namespace: Dict[str, Any]) -> Fn:
     """``lambda <params>: <text>`` over ``namespace``, ``/`` made ``div``."""
     body = _DivToCall().visit(ast.parse(text, mode="eval").body)
-    tree = ast.Expression(ast.Lambda(ast.parse(f"lambda {params}: 0", mode="eval").body.args, body))
+    head = ast.parse(f"lambda {params}: 0", mode="eval").body
+    assert isinstance(head, ast.Lambda)
+    tree = ast.Expression(ast.Lambda(head.args, body))
     code = compile(ast.fix_missing_locations(tree), f"<op_rules: {text}>", "eval")
     return eval(code, dict(namespace))     # noqa: S307 - our own table's text
 

@@ -277,8 +277,8 @@ def _backprop(view: Any, outputs: Sequence[Any], seeds: Sequence[Any], rules: Ru
             if guard_b is None or guard_b(da, db, dy, 0.0):
                 add(b, cb(na, nb, ny), g) if cb is not None else add(b, rule_b(na, nb, ny, g))
         elif code == "POWK":
-            _, (guard, rule) = rules.powk
-            if guard(kids[0].data, extra, v.data, 0.0):
+            guard = rules.powk[1][0]
+            if guard is None or guard(kids[0].data, extra, v.data, 0.0):
                 add(kids[0], coef["POWK"](num(kids[0]), extra, num(v)), g)
         elif code == "SUM":
             # csrc/ops.c's order: the plain graph's last add first.
@@ -544,7 +544,7 @@ def _tangent(v: Any, view: Any, walk: _Walk, tangent: Dict[Any, float]) -> Optio
                 parts.append(rule(a, b, y, t))
     elif code == "POWK":
         guard, rule = rules.powk[1]
-        if guard(kids[0].data, extra, y, 0.0):
+        if guard is None or guard(kids[0].data, extra, y, 0.0):
             parts.append(rule(kids[0].data, extra, y, ts[0]))
     elif code == "SUM":
         parts = [t for t in ts if t is not None]
