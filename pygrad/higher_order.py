@@ -379,6 +379,11 @@ def _function_grads(cls: Any, kids: Sequence[Any], g: Any, add: Callable[..., No
 def _as_list(x: Any, what: str) -> List[Any]:
     if is_value(x):
         return [x]
+    if type(x).__module__ in ("pygrad.replay", "pygrad.token_programs"):
+        raise TypeError(
+            f"{what}: a {type(x).__name__} runs numbers, not Values, so it can't be "
+            "differentiated twice: differentiate the eager graph it was made from "
+            "(pygrad.grad(loss, params, create_graph=True) on the Values you compiled)")
     if isinstance(x, (str, bytes)) or not hasattr(x, "__iter__"):
         raise TypeError(f"{what} must be a Value or a sequence of Values, not {type(x).__name__}")
     items = list(x)

@@ -454,6 +454,11 @@ def test_compiled_and_traced_tiers():
     program.forward()
     (d,) = pygrad.grad(y, [x], create_graph=True)
     assert d.data == pytest.approx(2 * 0.4 * math.cos(0.16))
+    # the program itself runs numbers: the error names what to do instead
+    with pytest.raises(TypeError, match="differentiate the eager graph"):
+        pygrad.grad(program, [x])
+    with pytest.raises(TypeError, match="differentiate the eager graph"):
+        pygrad.grad(y, program.inputs or program)
 
 
 def test_pygrad_nn_models_differentiate_twice_as_the_reference_engine():
