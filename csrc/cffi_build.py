@@ -171,6 +171,7 @@ int pg_binding_init(uintptr_t out, uintptr_t converter);
 int32_t pg_leaf_v(uintptr_t value, double data);
 int pg_op_function(uintptr_t out, int op, int form, int fastcall);
 int pg_call_tracing_function(uintptr_t out);
+int pg_call_collector_paused_function(uintptr_t out);
 int64_t pg_program_foreign_inputs_l(pg_program *p, uintptr_t inputs);
 #define PG_FORM_VALUES 0
 #define PG_FORM_K 1

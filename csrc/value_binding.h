@@ -570,10 +570,11 @@ static PyObject *gc_call(PyObject *gc, const char *name) {
     return PyObject_CallMethod(gc, name, NULL);
 }
 
-static PyObject *call_tracing(PyObject *self, PyObject *args) {
-    (void)self;
+/* fn(arg) with the cyclic collector paused (and, if trace, numbers
+ * unreadable: `tracing`), both put back before it returns. */
+static PyObject *call_paused(PyObject *args, const char *name, int trace) {
     PyObject *fn, *arg;
-    if (!PyArg_UnpackTuple(args, "call_tracing", 2, 2, &fn, &arg)) return NULL;
+    if (!PyArg_UnpackTuple(args, name, 2, 2, &fn, &arg)) return NULL;
     PyObject *gc = PyImport_ImportModule("gc");
     PyObject *was = gc != NULL ? gc_call(gc, "isenabled") : NULL;
     int on = was != NULL ? PyObject_IsTrue(was) : -1;
@@ -585,7 +586,7 @@ static PyObject *call_tracing(PyObject *self, PyObject *args) {
     }
     Py_XDECREF(off);
     int outer = tracing;
-    tracing = 1;
+    if (trace) tracing = 1;
     PyObject *r = PyObject_CallFunctionObjArgs(fn, arg, NULL);
     tracing = outer;
     if (on == 1) {
@@ -604,6 +605,23 @@ static PyObject *call_tracing(PyObject *self, PyObject *args) {
     Py_DECREF(gc);
     return r;
 }
+
+static PyObject *call_tracing(PyObject *self, PyObject *args) {
+    (void)self;
+    return call_paused(args, "call_tracing", 1);
+}
+
+/* pygrad.grad(create_graph=True)'s sweep makes tens of thousands of Values
+ * and no cycle: the collector, paused for it, would walk every Value the
+ * program holds again and again to find no garbage. */
+static PyObject *call_collector_paused(PyObject *self, PyObject *args) {
+    (void)self;
+    return call_paused(args, "call_collector_paused", 0);
+}
+
+static PyMethodDef call_collector_paused_def = {
+    "call_collector_paused", call_collector_paused, METH_VARARGS,
+    "fn(arg) with the cyclic collector paused."};
 
 static PyMethodDef call_tracing_def = {"call_tracing", call_tracing, METH_VARARGS,
                                        "fn(arg) traced: numbers unreadable, collector paused."};
@@ -624,6 +642,10 @@ static int append_function(uintptr_t out, PyMethodDef *def, PyObject *self) {
 
 static int pg_call_tracing_function(uintptr_t out) {
     return append_function(out, &call_tracing_def, NULL);
+}
+
+static int pg_call_collector_paused_function(uintptr_t out) {
+    return append_function(out, &call_collector_paused_def, NULL);
 }
 
 /* Append to list out the op function of (op, form) (fastcall: the

@@ -31,8 +31,24 @@ def function_class(v: Any) -> Any:
 def traced_error() -> ValueError:
     return ValueError(
         "pygrad.grad: this graph holds Values made from a token program's traced inputs "
-        "(pygrad.per_length), whose numbers are the trace's, not the program's: differentiate "
-        "an eager graph (call the model with int tokens), or let the program train")
+        "(pygrad.per_length traces the loss once; their numbers are the trace's, not the "
+        "program's): differentiate an eager graph (call the model with int tokens), or let "
+        "the program train")
+
+
+def _made_call_collector_paused() -> Any:
+    """The builtin fn(arg) with the cyclic collector paused (one C call, so a
+    Ctrl-C can't leave it paused: csrc/value_binding.h)."""
+    out: List[Any] = []
+    if lib.pg_call_collector_paused_function(id(out)):
+        raise MemoryError("pygrad: out of memory making call_collector_paused")
+    return out[0]
+
+
+#: fn(arg) with the collector paused: grad(create_graph=True)'s sweep makes
+#: many Values and no cycle, and the collector would walk all the Values a
+#: program holds, again and again, to find no garbage.
+call_collector_paused = _made_call_collector_paused()
 
 
 def _slow_kids(v: Any) -> Tuple[Any, ...]:
@@ -45,6 +61,7 @@ class CGraph:
     node is known by its address (two Values can show one node)."""
 
     Value = _engine.Value
+    paused = staticmethod(call_collector_paused)
 
     # The bookkeeping of grad(create_graph=True) in one C call each
     # (csrc/value_binding.h), where the graph allows: False / None, and
@@ -163,6 +180,7 @@ class ReferenceGraph:
 
     Value = _reference.Value
     key = id
+    paused = staticmethod(call_collector_paused)
 
     @staticmethod
     def walk(roots: List[Any], order: List[Any], kids_of: Dict[Any, Any],

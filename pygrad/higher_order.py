@@ -206,9 +206,9 @@ class _Sums:
         if first and len(kids) == 1:
             self.add(kids[0], g)
 
-    def take(self, v: Any) -> Any:
-        """v's gradient, complete once the sweep reaches v (None: none)."""
-        k = self.walk.key_of[id(v)]
+    def take(self, k: Any) -> Any:
+        """The gradient of the node of key k, complete once the sweep
+        reaches it (None: none)."""
         terms = self.terms.pop(k, None)
         if terms is None or not self.graph:
             total = terms
@@ -236,8 +236,10 @@ class _Sums:
         return total
 
     def get(self, v: Any) -> Any:
+        """v's gradient once the sweep is over (a leaf's is gathered only
+        now, if asked for)."""
         k = self.walk.key(v, self.view)
-        return self.done.get(k, None if self.graph else self.terms.get(k))
+        return self.done[k] if k in self.done else self.take(k)
 
 
 def _backprop(view: Any, outputs: Sequence[Any], seeds: Sequence[Any], rules: Rules,
@@ -251,14 +253,16 @@ def _backprop(view: Any, outputs: Sequence[Any], seeds: Sequence[Any], rules: Ru
     ns, coef = rules.namespace, rules.coefficients
     for o, s in zip(outputs, seeds):
         add(o, s)
+    key_of, kids_of, terms = walk.key_of, walk.kids_of, sums.terms
     for v in reversed(walk.order):
-        g = sums.take(v)
-        if g is None:
-            continue
+        k = key_of[id(v)]
+        if k not in terms:
+            continue                        # no gradient reaches it
         code, extra = view.rule(v)
         if code in ("LEAF", "MAX", "NONE"):
-            continue
-        kids = walk.kids_of[walk.key(v, view)]
+            continue                        # (a leaf's is gathered if asked for)
+        g = sums.take(k)
+        kids = kids_of[k]
         if code in rules.unary:
             x, y = num(kids[0]), num(v)
             c = coef[code]
@@ -419,7 +423,8 @@ def grad(outputs: Scalars, inputs: Scalars, grad_outputs: Optional[Scalars] = No
     V = view.Value
     if create_graph:
         seeds = [s if is_value(s) else V(_seed(s)) for s in seeds]
-        sums = _backprop(view, outs, seeds, _rules_over(V), graph=True)
+        rules = _rules_over(V)
+        sums = view.paused(lambda _: _backprop(view, outs, seeds, rules, graph=True), None)
         found = [sums.get(x) for x in ins]
         return [V(0.0) if d is None else d for d in found]
     numbers = [_seed(s.data if is_value(s) else s) for s in seeds]
