@@ -477,3 +477,34 @@ def test_pygrad_nn_models_differentiate_twice_as_the_reference_engine():
         return [[d.data for d in pygrad.grad(g, params)] for g in first[:6]]
     for c_row, r_row in zip(rows(c_model), rows(r_model)):
         assert c_row == pytest.approx(r_row, rel=1e-12, abs=1e-14)
+
+
+def test_the_collector_is_paused_only_during_the_sweep():
+    seen = []
+
+    class Peek(pygrad.Function):
+        differentiable = True
+
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            seen.append(gc.isenabled())
+            if len(seen) == 3:
+                raise KeyboardInterrupt          # a Ctrl-C inside the paused sweep
+            return (grad * 2,)
+    x = Value(0.5)
+    y = Peek.apply(x) * x                        # (apply's backward: seen[0])
+    assert gc.isenabled()
+    pygrad.grad(y, [x], create_graph=True)
+    with pytest.raises(KeyboardInterrupt):
+        pygrad.grad(y, [x], create_graph=True)
+    assert seen == [True, False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        pygrad.grad(y * 1.0, [x], create_graph=True)
+        assert not gc.isenabled()               # the user's choice, kept
+    finally:
+        gc.enable()
