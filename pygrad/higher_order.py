@@ -25,7 +25,7 @@ with a TypeError, never a silent zero.
 """
 import math
 import operator
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _backend, op_rules
 from ._lazy import import_whole
@@ -35,6 +35,7 @@ from ._rule_functions import Rules
 __all__ = ["grad", "hvp", "hessian", "jvp"]
 
 Scalars = Union[Any, Sequence[Any]]
+
 
 def _view_of(values: Sequence[Any], what: str) -> Any:
     """How the sweep reads the graph of the engine ``values`` come from
