@@ -200,7 +200,6 @@ uint32_t pg_nkids_v(uintptr_t value);
 uintptr_t pg_kid_addr(uintptr_t value, uint32_t i);
 int32_t pg_local_grads_v(uintptr_t value, double *out, uint32_t cap);
 int pg_operands_are_kids(uintptr_t value);
-int32_t pg_kids_v(uintptr_t value, uintptr_t out, uintptr_t keys);
 int32_t pg_walk_l(uintptr_t roots, uintptr_t order, uintptr_t kids_of, uintptr_t key_of,
                   uintptr_t slow_kids);
 int32_t pg_add_pairs_l(uintptr_t kids, uint32_t first, uintptr_t g, uintptr_t terms);

@@ -978,45 +978,12 @@ static int pg_operands_are_kids(uintptr_t value) {
     return value_node(v->b) == pg_kid(v->node, 1) ? 2 : 0;
 }
 
-/* The node's children as the Values that hold them, appended in order to
- * list out, and their node addresses to list keys: the count, or -1 (out
- * and keys untouched) unless the Value's operands are exactly its node's
- * children (a, or a and b, or a tuple of Values; pygrad.grad then reads
- * them the slow way). */
-static int32_t pg_kids_v(uintptr_t value, uintptr_t out, uintptr_t keys) {
-    pg_valueobj *v = as_value((PyObject *)value);
-    PyObject *o = (PyObject *)out, *k = (PyObject *)keys;
-    if (v == NULL || v->node == NULL || !PyList_Check(o) || !PyList_Check(k)) return -1;
-    uint32_t n = pg_nkids(v->node);
-    int tuple = n > 0 && v->a != NULL && PyTuple_Check(v->a);
-    if (tuple ? (uint32_t)PyTuple_Size(v->a) != n : n > 2) return -1;
-#define KID_VALUE(i) (tuple ? PyTuple_GetItem(v->a, (Py_ssize_t)(i)) : (i) == 0 ? v->a : v->b)
-    for (uint32_t i = 0; i < n; i++) {
-        PyObject *item = KID_VALUE(i);
-        if (item == NULL || value_node(item) != pg_kid(v->node, i)) return -1;
-    }
-    Py_ssize_t start = PyList_Size(o);
-    for (uint32_t i = 0; i < n; i++) {
-        PyObject *addr = PyLong_FromVoidPtr(pg_kid(v->node, i));
-        int bad = addr == NULL || PyList_Append(o, KID_VALUE(i)) || PyList_Append(k, addr);
-        Py_XDECREF(addr);
-        if (bad) {
-            PyErr_Clear();
-            PyList_SetSlice(o, start, PyList_Size(o), NULL);
-            PyList_SetSlice(k, start, PyList_Size(k), NULL);
-            return -1;
-        }
-    }
-#undef KID_VALUE
-    return (int32_t)n;
-}
-
 /* -- pygrad.grad(create_graph=True)'s bookkeeping (pygrad/higher_order.py
  * does the same in Python where these return -1) ---------------------------- */
 
 /* Value o's children as its operands hold them, in order, as a new tuple,
  * or NULL (no error set) unless its operands are exactly its node's
- * children (what pg_kids_v checks). */
+ * children: a, or a and b, or a tuple of Values. */
 static PyObject *operand_kids(PyObject *o) {
     pg_valueobj *v = as_value(o);
     if (v == NULL || v->node == NULL) return NULL;
@@ -1051,9 +1018,9 @@ static PyObject *node_key(PyObject *o) {
  * gets each node's key -> its children (a tuple), key_of each Value's
  * id -> its node's key.  A Value whose operands are not its node's
  * children gets them from slow_kids(value) (a tuple: pygrad's Python
- * reading, which may make Values for nodes without one).  0, or -1 (what
- * was appended stays; Python raises or starts over) on an error, which is
- * cleared only if it is a MemoryError's. */
+ * reading, which may make Values for nodes without one).  0, or -1 on an
+ * error, cleared: Python clears what was appended and walks again, meeting
+ * the error itself. */
 static int32_t pg_walk_l(uintptr_t roots, uintptr_t order, uintptr_t kids_of, uintptr_t key_of,
                          uintptr_t slow_kids) {
     PyObject *r = (PyObject *)roots, *out = (PyObject *)order, *slow = (PyObject *)slow_kids;
@@ -1118,7 +1085,7 @@ static int32_t pg_walk_l(uintptr_t roots, uintptr_t order, uintptr_t kids_of, ui
     return rc;
 }
 
-/* A fused neuron's terms (pygrad/higher_order.py, _Sums.add_pairs): for
+/* A fused neuron's terms (pygrad/higher_order.py, _linear_grads): for
  * each product w * x of the children (tuple kids, from index first), last
  * first, dict terms gets (x, g) under w's key and (w, g) under x's; the
  * bias (first == 1), g, just before the first product's.  0, or -1 with

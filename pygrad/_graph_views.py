@@ -77,7 +77,8 @@ class CGraph:
 
     @staticmethod
     def gather_products(kids: Any, first: int, g: Any, terms: Dict[Any, Any]) -> bool:
-        """_Sums.add_pairs (pg_add_pairs_l), for children in a tuple."""
+        """A fused neuron's terms (_linear_grads's loop) in one C call
+        (pg_add_pairs_l), for children in a tuple."""
         if type(kids) is not tuple:
             return False
         if lib.pg_add_pairs_l(id(kids), first, id(g), id(terms)):
@@ -144,12 +145,8 @@ class CGraph:
 
     @staticmethod
     def kids_and_keys(v: Any) -> Tuple[Sequence[Any], Sequence[Any]]:
-        """The children in order, and their nodes' keys: in one C call
-        where the Value's operands are its children, else the slow way."""
-        kids: List[Any] = []
-        keys: List[Any] = []
-        if lib.pg_kids_v(id(v), id(kids), id(keys)) >= 0:
-            return kids, keys
+        """The children in order, and their nodes' keys (the Python walk's,
+        which runs only where pg_walk_l met an error)."""
         found = _slow_kids(v)
         return found, [lib.pg_node_addr(id(k)) for k in found]
 

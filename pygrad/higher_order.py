@@ -185,28 +185,6 @@ class _Sums:
         else:
             self.terms[k] = [(c, g)]
 
-    def add_pairs(self, kids: Sequence[Any], first: int, g: Any) -> None:
-        """A fused neuron's terms, in its order: for each product w * x, last
-        first, w gets (x, g) and x gets (w, g); the bias, g, just before the
-        first product's (add's work, inlined: the bulk of a model's terms)."""
-        if self.view.gather_products(kids, first, g, self.terms):
-            return
-        key_of, terms = self.walk.key_of, self.terms
-        j = len(kids)
-        while j > first:
-            if first and j - 2 == first:
-                self.add(kids[0], g)
-            for target, c in ((kids[j - 2], kids[j - 1]), (kids[j - 1], kids[j - 2])):
-                k = key_of[id(target)]
-                found = terms.get(k)
-                if found is None:
-                    terms[k] = [(c, g)]
-                else:
-                    found.append((c, g))
-            j -= 2
-        if first and len(kids) == 1:
-            self.add(kids[0], g)
-
     def take(self, k: Any) -> Any:
         """The gradient of the node of key k, complete once the sweep
         reaches it (None: none)."""
@@ -217,15 +195,9 @@ class _Sums:
             c, g = terms[0]
             total = c if g is None else c * g
         else:
-            total = self.view.sum_terms(terms, self.one)
-        if total is None and terms is not None and self.graph:
-            first, gfirst = terms[0]
-            bias = self.constant(first) if gfirst is None else None
-            flat: List[Any] = []
-            for c, g in (terms[1:] if bias is not None else terms):
-                flat.append(self.constant(c))
-                flat.append(self.one if g is None else g)
-            total = self.view.sum_of_products(bias, flat)
+            total = self.view.sum_terms(terms, self.one)      # one C call, if it can
+            if total is None:
+                total = self._fused_sum(terms)
         if self.graph and total is not None:
             d = total.data
             if d == 0.0 and math.copysign(1.0, d) < 0.0:
@@ -235,6 +207,17 @@ class _Sums:
         if total is not None:
             self.done[k] = total
         return total
+
+    def _fused_sum(self, terms: List[Any]) -> Any:
+        """b + c1 * g1 + c2 * g2 + ... from pairs (c, g) (g None: a plain
+        term, b if first, else times one), numbers made leaves."""
+        first, gfirst = terms[0]
+        bias = self.constant(first) if gfirst is None else None
+        flat: List[Any] = []
+        for c, g in (terms[1:] if bias is not None else terms):
+            flat.append(self.constant(c))
+            flat.append(self.one if g is None else g)
+        return self.view.sum_of_products(bias, flat)
 
     def get(self, v: Any) -> Any:
         """v's gradient once the sweep is over (a leaf's is gathered only
@@ -334,10 +317,9 @@ def _linear_grads(v: Any, kids: Sequence[Any], variant: Tuple[Optional[str], boo
         _, (_, rule) = rules.unary[act]
         g = rule(None, num(v), g)           # these rules read the output only
     first = 1 if bias else 0
+    if sums.graph and _MUL_SWAPS and sums.view.gather_products(kids, first, g, sums.terms):
+        return                              # the loop below, in one C call
     add = sums.add
-    if sums.graph and _MUL_SWAPS:
-        sums.add_pairs(kids, first, g)
-        return
     w_coef, x_coef = rules.coefficients["MUL"]     # b * g and a * g
     j = len(kids)
     while j > first:

@@ -366,10 +366,12 @@ def test_bad_arguments_get_clear_errors():
         pygrad.grad(x * 2, [x], grad_outputs=["1"])
 
 
-def test_a_ctrl_c_inside_a_create_graph_sweep_changes_nothing():
-    calls = []
-
-    class Stop(pygrad.Function):
+def doubling(seen, stop_at):
+    """A differentiable Function 2x whose backward notes whether the
+    collector runs (into seen) and raises KeyboardInterrupt on its
+    stop_at-th call (the first is apply's, at forward time): a Ctrl-C at a
+    chosen point of a sweep."""
+    class Double(pygrad.Function):
         differentiable = True
 
         @staticmethod
@@ -378,10 +380,15 @@ def test_a_ctrl_c_inside_a_create_graph_sweep_changes_nothing():
 
         @staticmethod
         def backward(ctx, grad):
-            calls.append(1)
-            if len(calls) == 2:              # (the first is apply's, at forward time)
-                raise KeyboardInterrupt      # at a chosen point of the sweep
+            seen.append(gc.isenabled())
+            if len(seen) == stop_at:
+                raise KeyboardInterrupt
             return (grad * 2,)
+    return Double
+
+
+def test_a_ctrl_c_inside_a_create_graph_sweep_changes_nothing():
+    Stop = doubling([], 2)
     x = Value(0.5)
     x.grad = 7.0
     y = (Stop.apply(x.tanh()) * x).exp()
@@ -481,20 +488,7 @@ def test_pygrad_nn_models_differentiate_twice_as_the_reference_engine():
 
 def test_the_collector_is_paused_only_during_the_sweep():
     seen = []
-
-    class Peek(pygrad.Function):
-        differentiable = True
-
-        @staticmethod
-        def forward(ctx, x):
-            return x * 2
-
-        @staticmethod
-        def backward(ctx, grad):
-            seen.append(gc.isenabled())
-            if len(seen) == 3:
-                raise KeyboardInterrupt          # a Ctrl-C inside the paused sweep
-            return (grad * 2,)
+    Peek = doubling(seen, 3)                     # a Ctrl-C inside the paused sweep
     x = Value(0.5)
     y = Peek.apply(x) * x                        # (apply's backward: seen[0])
     assert gc.isenabled()
