@@ -9,9 +9,11 @@ Four parts, each printed as a table; the last line is one JSON object.
    samples of make_moons, hinge loss + 1e-4 * sum(p * p), 337 parameters),
    written with pygrad.dot (pygrad.nn's fused neurons) and with plain ops
    (micrograd's nn code).  One gradient is the forward pass and
-   backward() from new leaves; an HVP is ``pygrad.hvp`` (forward,
-   ``grad(create_graph=True)``, then one numeric sweep).  Medians of the
-   repeats, alternating, in one process; the ratio is hvp / gradient.
+   backward() from new leaves; an HVP is ``pygrad.hvp`` (the forward pass,
+   then forward-over-reverse in one C call), and beside it the same
+   product as grad-of-grad (``grad(create_graph=True)``, then ``grad`` of
+   its dot with v).  Medians of the repeats, alternating, in one process;
+   the ratios are over one gradient.
 2. **The full 337 x 337 Hessian** of that loss: ``pygrad.hessian`` against
    ``torch.func.hessian`` and ``jax.jit(jax.hessian)`` (float64, one
    thread each, the same parameters and data; jit's compile time is left
@@ -109,18 +111,25 @@ def part_hvp(X, Y, theta, v, repeats):
 
         def hvp():
             return pygrad.hvp(f, theta, v)
-        t_grad, t_hvp = [], []
+
+        def grad_of_grad():
+            leaves = [Value(t) for t in theta]
+            first = pygrad.grad(f(*leaves), leaves, create_graph=True)
+            return [d.data for d in pygrad.grad(first, leaves, grad_outputs=v)]
+        t_grad, t_hvp, t_gg = [], [], []
         for _ in range(repeats):
             t_grad.append(timed(gradient, 1))
             t_hvp.append(timed(hvp, 1))
+            t_gg.append(timed(grad_of_grad, 1))
         name = "fused (pygrad.dot)" if fused else "plain ops"
-        rows[name] = (statistics.median(t_grad), statistics.median(t_hvp))
+        rows[name] = tuple(statistics.median(t) for t in (t_grad, t_hvp, t_gg))
     print("\n1. HVP vs one gradient, moons MLP 2-16-16-1, 100 samples (ms, medians)")
-    print(f"   {'graph':<20} {'gradient':>10} {'hvp':>10} {'hvp/grad':>9}")
-    for name, (g, h) in rows.items():
-        print(f"   {name:<20} {g * 1e3:10.2f} {h * 1e3:10.2f} {h / g:9.2f}")
-    return {name: {"gradient_ms": g * 1e3, "hvp_ms": h * 1e3, "ratio": h / g}
-            for name, (g, h) in rows.items()}
+    print(f"   {'graph':<20} {'gradient':>10} {'hvp':>10} {'hvp/grad':>9} {'grad-of-grad':>13} {'ratio':>7}")
+    for name, (g, h, gg) in rows.items():
+        print(f"   {name:<20} {g * 1e3:10.2f} {h * 1e3:10.2f} {h / g:9.2f} {gg * 1e3:13.2f} {gg / g:7.2f}")
+    return {name: {"gradient_ms": g * 1e3, "hvp_ms": h * 1e3, "ratio": h / g,
+                   "grad_of_grad_ms": gg * 1e3, "grad_of_grad_ratio": gg / g}
+            for name, (g, h, gg) in rows.items()}
 
 
 def torch_loss(X, Y):

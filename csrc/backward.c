@@ -365,51 +365,25 @@ void pg_node_backward(pg_node *n) {
     pg_rules[n->op].backward(n);
 }
 
-/* pygrad.grad's numbers: the gradient of sum(seeds[j] * outs[j]) with
- * respect to each of ins, into result (0 for an input not below any
- * output), with every grad below the outputs (and SUB's and DIV's hidden
- * grads) left as it was.  Under the sweep lock, in one pass: walk, save,
- * zero, seed, run the rules, read, restore; so a thread that holds the GIL
- * throughout never shows another a grad in between.  Nothing done, and
+/* Every node below the roots, children first, handed to `use` under the
+ * sweep lock with each one marked (use may set a mark to any nonzero
+ * value: the walk clears them all after).  Nothing is handed over, and
  * PG_E_TRACED if a node below is a traced program's (its numbers are a
  * trace's, not the program's), PG_E_SWEEP if a Python closure lies below,
- * PG_E_BUSY if another walk holds the lock for about ms milliseconds more. */
-int32_t pg_grad_numbers(pg_node *const *outs, const double *seeds, uint32_t nout,
-                        pg_node *const *ins, uint32_t nin, double *result, int ms) {
-    if (nout == 0 || (nin > 0 && result == NULL)) return PG_E_ARG;
-    for (uint32_t j = 0; j < nout; j++)
-        if (outs[j] == NULL) return PG_E_ARG;
-    for (uint32_t i = 0; i < nin; i++)
-        if (ins[i] == NULL) return PG_E_ARG;
+ * PG_E_BUSY if another walk holds the lock for about ms milliseconds more;
+ * else use's result. */
+int32_t pg_with_order(pg_node *const *roots, uint32_t nroots, int ms,
+                      int32_t (*use)(pg_node *const *order, size_t n, void *ctx), void *ctx) {
     if (!sweep_acquire_within(ms < 0 ? 0 : (unsigned)ms)) return PG_E_BUSY;
     nodes post = scratch_post;
     post.n = 0;
     uint32_t flags = 0;
-    int32_t rc = walk(outs, nout, &post, &flags);
-    double *saved = NULL;
+    int32_t rc = walk(roots, nroots, &post, &flags);
+    int walked = rc == 0;       /* (a failed walk has cleared its marks) */
     if (rc == 0 && (flags & PG_F_TRACED)) rc = PG_E_TRACED;
     if (rc == 0 && (flags & PG_F_PY_BACKWARD)) rc = PG_E_SWEEP;
-    if (rc == 0 && (saved = pg_malloc((post.n ? post.n : 1) * 2 * sizeof *saved)) == NULL)
-        rc = PG_E_NOMEM;
-    if (rc == 0) {
-        for (size_t i = 0; i < post.n; i++) {
-            pg_node *n = post.p[i];
-            saved[2 * i] = n->grad;
-            memcpy(&saved[2 * i + 1], &n->aux, sizeof(double));
-            n->grad = 0.0;
-            if (n->op == PG_OP_SUB || n->op == PG_OP_DIV) n->aux.k = -0.0;   /* as made */
-        }
-        for (uint32_t j = 0; j < nout; j++) outs[j]->grad += seeds[j];
-        for (size_t i = post.n; i-- > 0;) pg_rules[post.p[i]->op].backward(post.p[i]);
-        for (uint32_t i = 0; i < nin; i++) result[i] = ins[i]->mark ? ins[i]->grad : 0.0;
-        for (size_t i = 0; i < post.n; i++) {
-            pg_node *n = post.p[i];
-            n->grad = saved[2 * i];
-            memcpy(&n->aux, &saved[2 * i + 1], sizeof(double));
-        }
-        free(saved);
-    }
-    if (rc == 0 || rc == PG_E_SWEEP || rc == PG_E_TRACED) unmark(&post);
+    if (rc == 0) rc = use(post.p, post.n, ctx);
+    if (walked) unmark(&post);
     if (post.cap > SCRATCH_KEPT) {
         free(post.p);
         post = (nodes){NULL, 0, 0};
@@ -417,4 +391,52 @@ int32_t pg_grad_numbers(pg_node *const *outs, const double *seeds, uint32_t nout
     scratch_post = post;
     sweep_release();
     return rc;
+}
+
+typedef struct grad_numbers_call {
+    pg_node *const *outs, *const *ins;
+    const double *seeds;
+    uint32_t nout, nin;
+    double *result;
+} grad_numbers_call;
+
+static int32_t grad_numbers_over(pg_node *const *post, size_t n, void *ctx) {
+    const grad_numbers_call *c = ctx;
+    double *saved = pg_malloc((n ? n : 1) * 2 * sizeof *saved);
+    if (saved == NULL) return PG_E_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        pg_node *x = post[i];
+        saved[2 * i] = x->grad;
+        memcpy(&saved[2 * i + 1], &x->aux, sizeof(double));
+        x->grad = 0.0;
+        if (x->op == PG_OP_SUB || x->op == PG_OP_DIV) x->aux.k = -0.0;   /* as made */
+    }
+    for (uint32_t j = 0; j < c->nout; j++) c->outs[j]->grad += c->seeds[j];
+    for (size_t i = n; i-- > 0;) pg_rules[post[i]->op].backward(post[i]);
+    for (uint32_t i = 0; i < c->nin; i++) c->result[i] = c->ins[i]->mark ? c->ins[i]->grad : 0.0;
+    for (size_t i = 0; i < n; i++) {
+        pg_node *x = post[i];
+        x->grad = saved[2 * i];
+        memcpy(&x->aux, &saved[2 * i + 1], sizeof(double));
+    }
+    free(saved);
+    return 0;
+}
+
+/* pygrad.grad's numbers: the gradient of sum(seeds[j] * outs[j]) with
+ * respect to each of ins, into result (0 for an input not below any
+ * output), with every grad below the outputs (and SUB's and DIV's hidden
+ * grads) left as it was.  Under the sweep lock, in one pass: walk, save,
+ * zero, seed, run the rules, read, restore; so a thread that holds the GIL
+ * throughout never shows another a grad in between.  Errors as
+ * pg_with_order's. */
+int32_t pg_grad_numbers(pg_node *const *outs, const double *seeds, uint32_t nout,
+                        pg_node *const *ins, uint32_t nin, double *result, int ms) {
+    if (nout == 0 || (nin > 0 && result == NULL)) return PG_E_ARG;
+    for (uint32_t j = 0; j < nout; j++)
+        if (outs[j] == NULL) return PG_E_ARG;
+    for (uint32_t i = 0; i < nin; i++)
+        if (ins[i] == NULL) return PG_E_ARG;
+    grad_numbers_call c = {outs, ins, seeds, nout, nin, result};
+    return pg_with_order(outs, nout, ms, grad_numbers_over, &c);
 }

@@ -127,11 +127,111 @@ def rules_header() -> str:
     return "\n".join(out) + "\n"
 
 
-def write_rules_header() -> str:
-    """Write rules.h into build/generated (only if it changed, so make-like
-    tools see no new file) and return its directory."""
+# A gradient rule over duals (csrc/second_order.c's pg_dual: a number, its
+# tangent, and whether it has one): each operation of the rule's tree, in
+# the same order, as the dual of its op.  The dual of an op is the op's own
+# rules read forward: its value, and as its tangent the sum of its gradient
+# rules with g each input's tangent (a scalar op's gradient is linear in g).
+_DUAL_BINOPS = {ast.Add: "ADD", ast.Sub: "SUB", ast.Mult: "MUL", ast.Div: "DIV"}
+
+
+def dual_expression(text: str, numbers: "tuple[str, ...]" = ("k",)) -> str:
+    """A gradient rule of pygrad/op_rules.py as C over duals: the same tree
+    (names are duals, but ``numbers`` and the constants, which have no
+    tangent; a constant helper's value is a number of its argument's)."""
+    t = op_rules()
+    functions = t["functions_with_rules"]()
+
+    def emit(e: ast.AST) -> str:
+        if isinstance(e, ast.BinOp) and type(e.op) in _DUAL_BINOPS:
+            return f"dual_{_DUAL_BINOPS[type(e.op)]}({emit(e.left)}, {emit(e.right)})"
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+            return f"dual_NEG({emit(e.operand)})"
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and not e.keywords:
+            if e.func.id in t["CONSTANT_HELPERS"]:
+                return f"dual_const({e.func.id}({', '.join(emit(a) + '.v' for a in e.args)}))"
+            if e.func.id not in functions:
+                raise ValueError(f"op_rules: {e.func.id} in {text!r} has no derivative")
+            return f"dual_{functions[e.func.id]}({', '.join(emit(a) for a in e.args)})"
+        if isinstance(e, ast.Name):
+            return f"dual_const({e.id})" if e.id in numbers or e.id in t["CONSTANTS"] else e.id
+        if isinstance(e, ast.Constant) and type(e.value) in (int, float):
+            return f"dual_const({float(e.value)!r})"
+        raise ValueError(f"op_rules: {ast.dump(e)} in {text!r} is not in the rules' language")
+    return emit(ast.parse(text, mode="eval").body)
+
+
+def _guard_and_rule(rule) -> "tuple[str, str]":
+    """(guard as C, rule) of a gradient rule (no guard: always)."""
+    return (c_expression(rule[0]), rule[1]) if isinstance(rule, tuple) else ("1", rule)
+
+
+def second_order_header() -> str:
+    """csrc/second_order.c's second_order_rules.h, from pygrad/op_rules.py.
+    For each plain op: its forward rule, guards and gradient rules over
+    doubles (fwd_, guard_, grad_); its tangent from its inputs' (tangent_:
+    the gradient rules read forward, at output y); its dual (dual_: the
+    same at the forward rule's output), which the rules over duals call
+    for their operations and functions; and its gradient rules over duals
+    (dual_grad_).  Then the lists of the ops by kind."""
+    t = op_rules()
+    out = ["/* Written by csrc/cffi_build.py from pygrad/op_rules.py, which states",
+           " * each rule once: edit that, not this. */"]
+    out += [f"#define {name} {value!r}" for name, value in t["CONSTANTS"].items()]
+    tangents, duals = [], []
+    for code, (fwd, grad) in t["UNARY"].items():
+        guard, rule = _guard_and_rule(grad)
+        out += [f"static inline double fwd_{code}(double x) {{ return {c_expression(fwd)}; }}",
+                f"static inline double grad_{code}(double x, double y, double g) {{",
+                f"    (void)x; (void)y; return {c_expression(rule)}; }}"]
+        tangents += [f"static inline pg_dual tangent_{code}(pg_dual x, double y) {{",
+                     f"    return (pg_dual){{y, x.has ? grad_{code}(x.v, y, x.t) : 0.0, x.has}}; }}",
+                     f"static inline pg_dual dual_{code}(pg_dual x) {{ return tangent_{code}(x, fwd_{code}(x.v)); }}"]
+        duals += [f"static inline pg_dual dual_grad_{code}(pg_dual x, pg_dual y, pg_dual g) {{",
+                  f"    (void)x; (void)y; return {dual_expression(rule)}; }}"]
+    for code, (fwd, *grads) in t["BINARY"].items():
+        out.append(f"static inline double fwd_{code}(double a, double b) {{ return {c_expression(fwd)}; }}")
+        for side, grad in zip("ab", grads):
+            guard, rule = _guard_and_rule(grad)
+            out += [f"static inline int guard_{side}_{code}(double a, double b, double y) {{",
+                    f"    (void)a; (void)b; (void)y; return {guard}; }}",
+                    f"static inline double grad_{side}_{code}(double a, double b, double y, double g) {{",
+                    f"    (void)a; (void)b; (void)y; return {c_expression(rule)}; }}"]
+            duals += [f"static inline pg_dual dual_grad_{side}_{code}(pg_dual a, pg_dual b, pg_dual y, "
+                      "pg_dual g) {",
+                      f"    (void)a; (void)b; (void)y; return {dual_expression(rule)}; }}"]
+        tangents += [f"static inline pg_dual tangent_{code}(pg_dual a, pg_dual b, double y) {{",
+                     "    pg_dual r = {y, 0.0, 0};",
+                     f"    if (a.has && guard_a_{code}(a.v, b.v, y)) add_tangent(&r, grad_a_{code}(a.v, b.v, y, a.t));",
+                     f"    if (b.has && guard_b_{code}(a.v, b.v, y)) add_tangent(&r, grad_b_{code}(a.v, b.v, y, b.t));",
+                     "    r.has = a.has | b.has;",
+                     "    return r;", "}",
+                     f"static inline pg_dual dual_{code}(pg_dual a, pg_dual b) {{",
+                     f"    return tangent_{code}(a, b, fwd_{code}(a.v, b.v)); }}"]
+    fwd, grad = t["POWK"]
+    guard, rule = _guard_and_rule(grad)
+    out += [f"static inline double fwd_POWK(double x, double k) {{ return {c_expression(fwd)}; }}",
+            "static inline int guard_POWK(double x, double k, double y) {",
+            f"    (void)x; (void)k; (void)y; return {guard}; }}",
+            "static inline double grad_POWK(double x, double k, double y, double g) {",
+            f"    (void)x; (void)y; return {c_expression(rule)}; }}"]
+    tangents += ["static inline pg_dual tangent_POWK(pg_dual x, double k, double y) {",
+                 "    pg_dual r = {y, 0.0, x.has};",
+                 "    if (x.has && guard_POWK(x.v, k, y)) r.t = grad_POWK(x.v, k, y, x.t);",
+                 "    return r;", "}"]
+    duals += ["static inline pg_dual dual_grad_POWK(pg_dual x, double k, pg_dual y, pg_dual g) {",
+              f"    (void)x; (void)y; return {dual_expression(rule)}; }}"]
+    out += tangents + duals
+    out.append("#define PG_UNARY_RULES(X) " + " ".join(f"X({code})" for code in t["UNARY"]))
+    out.append("#define PG_BINARY_RULES(X) " + " ".join(f"X({code})" for code in t["BINARY"]))
+    return "\n".join(out) + "\n"
+
+
+def _write_generated(name: str, text: str) -> None:
+    """Write build/generated/<name> only if it changed (so make-like tools
+    see no new file)."""
     os.makedirs(GENERATED, exist_ok=True)
-    path, text = os.path.join(GENERATED, "rules.h"), rules_header()
+    path = os.path.join(GENERATED, name)
     try:
         with open(path, encoding="utf-8") as f:
             same = f.read() == text
@@ -140,6 +240,13 @@ def write_rules_header() -> str:
     if not same:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
+
+
+def write_rules_header() -> str:
+    """Write rules.h and second_order_rules.h into build/generated and
+    return its directory."""
+    _write_generated("rules.h", rules_header())
+    _write_generated("second_order_rules.h", second_order_header())
     return GENERATED
 
 
@@ -222,6 +329,9 @@ int32_t pg_scatter_data_l(uintptr_t list, const double *in, size_t nin);
 int32_t pg_fill_grad_l(uintptr_t list, double x);
 int32_t pg_grad_numbers_l(uintptr_t outs, const double *seeds, size_t nseeds, uintptr_t ins,
                           double *result, size_t nresult);
+int32_t pg_hvp_numbers_l(uintptr_t root, uintptr_t ins, const double *tangents, size_t ntangents,
+                         uint32_t ntan, double *result, size_t nresult, double *root_tangents,
+                         size_t nroot, int reverse);
 int32_t pg_sgd_step_l(uintptr_t list, double lr, double momentum, double weight_decay,
                       double *velocity, size_t nvelocity, double *steps);
 int32_t pg_adam_step_l(uintptr_t list, double lr, double beta1, double beta2, double eps,

@@ -64,5 +64,9 @@ void *pg_realloc(void *p, size_t size);
 /* backward.c: every node reachable from the roots, parents before
  * children, in a malloc'd buffer (the caller frees it). */
 int pg_record_order(pg_node *const *roots, uint32_t nroots, pg_node ***order, size_t *n);
+/* backward.c: the same order handed to use() under the sweep lock, every
+ * node in it marked (use may set a mark to any nonzero value). */
+int32_t pg_with_order(pg_node *const *roots, uint32_t nroots, int ms,
+                      int32_t (*use)(pg_node *const *order, size_t n, void *ctx), void *ctx);
 
 #endif

@@ -15,6 +15,7 @@
 #include <string.h>
 #include "activation.h"
 #include "node.h"
+#include "rule_helpers.h"
 #include "program.h"
 
 #define KID(n, i) ((n)->c.kid[i])
@@ -121,14 +122,6 @@ static void backward_NONE(pg_node *n) { (void)n; }
         ka->grad += bwd_a_##code(a, b, y, g);                                        \
         kb->grad += bwd_b_##code(a, b, y, g);                                        \
     }
-
-/* The helpers the rules call that C's libm lacks: micrograd's x ** k (x ** 2
- * is x * x, the correctly rounded square; pow is within 0.52 ulp), pow with
- * an exponent of 1 as its base without a call (the gradient of x ** 2; pow
- * gives the same number), and d|x|/dx = sign(x): 0 at +-0, nan at nan. */
-static inline double powk(double x, double k) { return k == 2.0 ? x * x : pow(x, k); }
-static inline double pg_pow(double x, double e) { return e == 1.0 ? x : pow(x, e); }
-static inline double sign_of(double x) { return x != x ? x : (double)((x > 0.0) - (x < 0.0)); }
 
 /* Every plain op's forward and gradient rule, stated once in
  * pygrad/op_rules.py, as UNARY_OP / BINARY_OP / BINARY_RULES lines and

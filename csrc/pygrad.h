@@ -301,6 +301,11 @@ uint32_t pg_node_size(void);
  * cdef: the binding's pg_grad_numbers_l calls it with node lists). */
 int32_t pg_grad_numbers(pg_node *const *outs, const double *seeds, uint32_t nout,
                         pg_node *const *ins, uint32_t nin, double *result, int ms);
+/* second_order.c: pygrad.hvp's, hessian's and jvp's numbers (the binding's
+ * pg_hvp_numbers_l calls it with node lists). */
+int32_t pg_hvp_numbers(pg_node *root, pg_node *const *ins, uint32_t nin, const double *tangents,
+                       uint32_t ntan, double *result, double *root_tangents, int reverse,
+                       int ms);
 
 /*
  * Per-op entry points: the calls Python makes most, with as few arguments

@@ -1322,6 +1322,25 @@ static int32_t pg_grad_numbers_l(uintptr_t outs, const double *seeds, size_t nse
     return pg_grad_numbers(list_nodes(o), seeds, o->n, list_nodes(i), i->n, result, 20);
 }
 
+/* pygrad.hvp's, hessian's and jvp's numbers (pg_hvp_numbers) from the one
+ * node of list `root` over node list ins: without the GIL, since they
+ * write no node's numbers (the lists, which the caller holds, hold every
+ * node); the wait for the sweep lock is short, and Python calls again on
+ * PG_E_BUSY, its signal handlers running between. */
+static int32_t pg_hvp_numbers_l(uintptr_t root, uintptr_t ins, const double *tangents,
+                                size_t ntangents, uint32_t ntan, double *result, size_t nresult,
+                                double *root_tangents, size_t nroot, int reverse) {
+    pg_listobj *r = as_list((PyObject *)root), *i = as_list((PyObject *)ins);
+    if (r == NULL || i == NULL || r->n != 1 || ntangents < (size_t)ntan * i->n
+        || (reverse && nresult < (size_t)ntan * i->n) || (root_tangents != NULL && nroot < ntan))
+        return PG_E_ARG;
+    PyThreadState *save = PyEval_SaveThread();
+    int32_t rc = pg_hvp_numbers(list_nodes(r)[0], list_nodes(i), i->n, tangents, ntan,
+                                reverse ? result : NULL, root_tangents, reverse, 50);
+    PyEval_RestoreThread(save);
+    return rc;
+}
+
 /* Bulk reads and writes over node list `list`, without the GIL while they
  * run (the list, held here, holds every node). */
 #define PG_LIST_CALL(name, call)                                                   \

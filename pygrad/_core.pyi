@@ -338,6 +338,10 @@ class _Lib:
     def pg_grad_numbers_l(
         self, outs: int, seeds: _CData, nseeds: int, ins: int, result: _CData, nresult: int, /
     ) -> int: ...
+    def pg_hvp_numbers_l(
+        self, root: int, ins: int, tangents: _CData, ntangents: int, ntan: int, result: _CData,
+        nresult: int, root_tangents: _CData, nroot: int, reverse: int, /
+    ) -> int: ...
     def pg_sgd_step_l(
         self, list: int, lr: float, momentum: float, weight_decay: float, velocity: _CData,
         nvelocity: int, steps: _CData, /

@@ -9,6 +9,7 @@ from . import reference as _reference
 from ._core import ffi, lib
 from ._edges import ChildrenInOrder
 from .engine import is_noop
+from ._lazy import import_whole
 from ._lifetime import pack
 from ._node_factory import make_nary
 
@@ -54,6 +55,25 @@ call_collector_paused = _made_call_collector_paused()
 def _slow_kids(v: Any) -> Tuple[Any, ...]:
     n = lib.pg_nkids_v(id(v))
     return tuple(_children_in_order.read(v, n)) if n else ()
+
+
+def _sweep_call(call: Any, what: str) -> bool:
+    """Run a C call that walks a graph under the sweep lock (again while
+    another thread's walk holds it: signals run between tries): True if it
+    ran, False if a Python closure lies below (the caller's Python sweep
+    says which), else the error it met, raised."""
+    rc = call()
+    while rc == lib.PG_E_BUSY:
+        rc = call()
+    if rc == lib.PG_E_SWEEP:
+        return False
+    if rc == lib.PG_E_TRACED:
+        raise traced_error()
+    if rc == lib.PG_E_NOMEM:
+        raise MemoryError(f"pygrad: out of memory in {what}")
+    if rc < 0:
+        raise TypeError("pygrad.grad: a Value whose __init__ never ran has no node")
+    return True
 
 
 class CGraph:
@@ -158,18 +178,30 @@ class CGraph:
         o, i = pack(outs).nodes, pack(ins).nodes
         result = ffi.new("double[]", max(len(ins), 1))
         s = ffi.new("double[]", seeds)
-        rc = lib.pg_grad_numbers_l(id(o), s, len(seeds), id(i), result, len(ins))
-        while rc == lib.PG_E_BUSY:   # another thread's walk: signals run between tries
-            rc = lib.pg_grad_numbers_l(id(o), s, len(seeds), id(i), result, len(ins))
-        if rc == lib.PG_E_SWEEP:     # a Python closure below: the caller's sweep says which
+        if not _sweep_call(lambda: lib.pg_grad_numbers_l(id(o), s, len(seeds), id(i), result,
+                                                         len(ins)), "grad()"):
             return None
-        if rc == lib.PG_E_TRACED:
-            raise traced_error()
-        if rc == lib.PG_E_NOMEM:
-            raise MemoryError("pygrad: out of memory in grad()")
-        if rc < 0:
-            raise TypeError("pygrad.grad: a Value whose __init__ never ran has no node")
         return list(ffi.unpack(result, len(ins)))
+
+    @staticmethod
+    def hvp_numbers(root: Any, ins: List[Any], rows: Any, reverse: bool) -> Any:
+        """For each row of tangents (a float64 array, rows x len(ins)): the
+        root's tangent along it, and (if reverse) the Hessian of root times
+        it, by forward-over-reverse in one C call that writes no node
+        (csrc/second_order.c); None if a Python closure or a Function lies
+        below."""
+        np = import_whole("numpy")
+        r, i = pack([root]).nodes, pack(ins).nodes
+        k, n = rows.shape
+        products = np.zeros((k, n) if reverse else (1, 1), dtype=np.float64)
+        root_t = np.zeros(max(k, 1), dtype=np.float64)
+        tangents = ffi.from_buffer("double[]", rows)
+        out, out_t = ffi.from_buffer("double[]", products), ffi.from_buffer("double[]", root_t)
+        call = lambda: lib.pg_hvp_numbers_l(id(r), id(i), tangents, k * n, k, out,  # noqa: E731
+                                            products.size, out_t, root_t.size, int(reverse))
+        if not _sweep_call(call, "a second-order sweep"):
+            return None
+        return root_t[:k], products
 
 
 class ReferenceGraph:
@@ -233,4 +265,9 @@ class ReferenceGraph:
     @staticmethod
     def grad_numbers(outs: List[Any], seeds: List[float], ins: List[Any]) -> Optional[List[float]]:
         """None: the sweep runs the rules over floats."""
+        return None
+
+    @staticmethod
+    def hvp_numbers(root: Any, ins: List[Any], rows: Any, reverse: bool) -> Any:
+        """None: pygrad/_second_order.py's sweep runs over floats."""
         return None

@@ -31,6 +31,7 @@ from . import _backend, op_rules
 from ._lazy import import_whole
 from ._numbers import is_value, real_or_none, to_real
 from ._rule_functions import Rules
+from ._second_order import Sweep, second_order, sum_order
 
 __all__ = ["grad", "hvp", "hessian", "jvp"]
 
@@ -269,12 +270,8 @@ def _backprop(view: Any, outputs: Sequence[Any], seeds: Sequence[Any], rules: Ru
             if guard is None or guard(kids[0].data, extra, v.data, 0.0):
                 add(kids[0], coef["POWK"](num(kids[0]), extra, num(v)), g)
         elif code == "SUM":
-            # csrc/ops.c's order: the plain graph's last add first.
-            for j in range(len(kids) - 1, 1, -1):
+            for j in sum_order(len(kids)):
                 add(kids[j], g)
-            add(kids[0], g)
-            if len(kids) > 1:
-                add(kids[1], g)
         elif code == "LINEAR":
             _linear_grads(v, kids, extra, g, rules, num, sums)
         elif code == "LOGSUMEXP":
@@ -463,14 +460,52 @@ def _numbers(xs: Any, n: int, what: str) -> List[float]:
     return [to_real(x.data if is_value(x) else x, what) for x in items]
 
 
+def _second_order(view: Any, y: Any, leaves: List[Any], rows: Any, reverse: bool) -> Any:
+    """(y's tangent along each row of tangents, and if reverse the Hessian
+    of y times each row): forward-over-reverse in one C call, or the same
+    sweep over floats (pygrad/_second_order.py) where C hands it back (the
+    reference engine; a closure that does nothing).  None where only
+    grad-of-grad can (reverse, with a Function below)."""
+    found = view.hvp_numbers(y, leaves, rows, reverse)
+    if found is not None:
+        return found
+    walk = _Walk([y], view)
+    for v in walk.order:
+        code, _ = view.rule(v)
+        if code == "CUSTOM":
+            if reverse:
+                return None             # (grad-of-grad says which op)
+            raise custom_op_error(v, "pygrad.jvp")
+        if code == "FUNCTION" and reverse:
+            return None
+    sweep = Sweep(walk, view, second_order(_reference_rules()), _function_partials)
+    runs = [sweep.run(y, leaves, row, reverse) for row in rows.tolist()]
+    np = import_whole("numpy")
+    products = np.array([p for _, p in runs], dtype=np.float64)
+    return (np.array([t for t, _ in runs], dtype=np.float64),
+            products.reshape(len(runs), len(leaves)) if reverse else products)
+
+
+def _tangent_rows(rows: List[List[float]], n: int) -> Any:
+    np = import_whole("numpy")
+    return np.ascontiguousarray(np.array(rows, dtype=np.float64).reshape(len(rows), n))
+
+
 def hvp(f: Callable[..., Any], xs: Any, vs: Any) -> Any:
     """The Hessian of ``f(*xs)`` (a scalar) times the vector ``vs``, as
-    ``torch.autograd.functional.hvp`` gives it: the gradient taken as a
-    graph (``create_graph``), then its dot with ``vs`` differentiated
-    once more.  ``xs`` are numbers (or Values, whose data is used)."""
+    ``torch.autograd.functional.hvp`` gives it, by forward-over-reverse:
+    one pass pushes ``vs`` forward as tangents, and one reverse pass runs
+    every gradient rule over (number, tangent) pairs (one C call, after f
+    builds its graph).  ``xs`` are numbers (or Values, whose data is
+    used).  With a pygrad.Function below, the gradient is taken as a graph
+    (``create_graph``) and its dot with ``vs`` differentiated instead."""
     _, leaves = _leaves(xs, "hvp")
     y = _call(f, leaves, "hvp")
     v = _numbers(vs, len(leaves), "hvp's vs")
+    view = _view_of([y] + leaves, "hvp's Values")
+    found = _second_order(view, y, leaves, _tangent_rows([v], len(leaves)), reverse=True)
+    if found is not None:
+        return found[1][0]
     first = grad(y, leaves, create_graph=True)
     np = import_whole("numpy")
     return np.array([x.data for x in grad(first, leaves, grad_outputs=v)], dtype=np.float64)
@@ -478,16 +513,24 @@ def hvp(f: Callable[..., Any], xs: Any, vs: Any) -> Any:
 
 def hessian(f: Callable[..., Any], xs: Any) -> Any:
     """The matrix of second derivatives of ``f(*xs)`` (a scalar), n x n:
-    the gradient taken once as a graph, then each of its entries
-    differentiated (one C sweep each).  It is symmetric to the last bit:
-    entry (i, j) is the mean of the two sweeps' (i, j) and (j, i), which
-    are equal where the math is and differ by rounding only."""
+    column j is the Hessian times the j-th unit vector, all n by
+    forward-over-reverse over f's one graph in one C call (with a
+    pygrad.Function below: the gradient taken once as a graph, then each
+    entry differentiated).  It is symmetric to the last bit: entry (i, j)
+    is the mean of the (i, j) and (j, i) found, which are equal where the
+    math is and differ by rounding only."""
     _, leaves = _leaves(xs, "hessian")
     y = _call(f, leaves, "hessian")
-    first = grad(y, leaves, create_graph=True)
-    rows = [[x.data for x in grad(gi, leaves)] for gi in first]
+    n = len(leaves)
     np = import_whole("numpy")
-    h = np.array(rows, dtype=np.float64).reshape(len(leaves), len(leaves))
+    view = _view_of([y] + leaves, "hessian's Values")
+    found = _second_order(view, y, leaves, np.eye(n, dtype=np.float64), reverse=True)
+    if found is not None:
+        h = found[1]
+    else:
+        first = grad(y, leaves, create_graph=True)
+        rows = [[x.data for x in grad(gi, leaves)] for gi in first]
+        h = np.array(rows, dtype=np.float64).reshape(n, n)
     return h * 0.5 + h.T * 0.5        # (halves first: h + h.T could overflow)
 
 
@@ -495,86 +538,14 @@ def jvp(f: Callable[..., Any], xs: Any, tangents: Any) -> Tuple[float, float]:
     """``(f(*xs), the derivative of f at xs along tangents)``, forward
     mode, as ``jax.jvp``: f runs once on new leaves, and each node's
     tangent follows from its inputs' by the op's rule, read forward (a
-    scalar op's gradient rule is linear in the incoming grad).  The graph
-    is dropped on return."""
-    V, leaves = _leaves(xs, "jvp")
+    scalar op's gradient rule is linear in the incoming grad), in one C
+    call.  The graph is dropped on return."""
+    _, leaves = _leaves(xs, "jvp")
     t = _numbers(tangents, len(leaves), "jvp's tangents")
     y = _call(f, leaves, "jvp")
     view = _view_of([y] + leaves, "jvp's Values")
-    tangent: Dict[Any, float] = {}
-    walk = _Walk([y], view)
-    for x, tx in zip(leaves, t):
-        k = walk.key(x, view)
-        tangent[k] = tangent.get(k, 0.0) + tx
-    for v in walk.order:
-        k = walk.key(v, view)
-        if k in tangent:
-            continue
-        ty = _tangent(v, view, walk, tangent)
-        if ty is not None:
-            tangent[k] = ty
-    return y.data, tangent.get(walk.key(y, view), 0.0)
-
-
-def _tangent(v: Any, view: Any, walk: _Walk, tangent: Dict[Any, float]) -> Optional[float]:
-    """The tangent of node v from its inputs' (None: no input has one)."""
-    code, extra = view.rule(v)
-    if code in ("LEAF", "MAX", "NONE"):
-        return None
-    kids = walk.kids_of[walk.key(v, view)]
-    ts = [tangent.get(walk.key(k, view)) for k in kids]
-    if all(t is None for t in ts):
-        return None
-    rules = _reference_rules()
-    y = v.data
-    parts: List[float] = []
-    if code in rules.unary:
-        parts.append(rules.unary[code][1][1](kids[0].data, y, ts[0]))
-    elif code in rules.binary:
-        a, b = kids[0].data, kids[1].data
-        for (guard, rule), t in zip(rules.binary[code][1:], ts):
-            if t is not None and (guard is None or guard(a, b, y, 0.0)):
-                parts.append(rule(a, b, y, t))
-    elif code == "POWK":
-        guard, rule = rules.powk[1]
-        if guard is None or guard(kids[0].data, extra, y, 0.0):
-            parts.append(rule(kids[0].data, extra, y, ts[0]))
-    elif code == "SUM":
-        parts = [t for t in ts if t is not None]
-    elif code == "LINEAR":
-        pre = _linear_tangent(kids, ts, extra[1])
-        act = extra[0]
-        parts.append(rules.unary[act][1][1](None, y, pre) if act is not None else pre)
-    elif code == "LOGSUMEXP":
-        m = _shift(kids)
-        e = [_floats()["exp"](k.data - m) for k in kids]
-        s = e[0]
-        for x in e[1:]:
-            s = s + x
-        parts = [e[j] * _floats()["div"](t, s) for j, t in enumerate(ts) if t is not None]
-    elif code == "FUNCTION":
-        partials = _function_partials(v, extra, kids)
-        parts = [p * t for p, t in zip(partials, ts) if t is not None]
-    else:
-        raise custom_op_error(v, "pygrad.jvp")
-    total = 0.0
-    for i, p in enumerate(parts):
-        total = p if i == 0 else total + p
-    return total
-
-
-def _linear_tangent(kids: Sequence[Any], ts: Sequence[Optional[float]], bias: bool) -> float:
-    """The tangent of a fused neuron's pre-activation: b's, then each
-    product's (w dx + x dw, MUL's rules read forward)."""
-    first = 1 if bias else 0
-    total = ts[0] if first and ts[0] is not None else 0.0
-    for j in range(first, len(kids), 2):
-        tw, tx = ts[j], ts[j + 1]
-        if tw is not None:
-            total = total + kids[j + 1].data * tw
-        if tx is not None:
-            total = total + kids[j].data * tx
-    return total
+    root_t, _ = _second_order(view, y, leaves, _tangent_rows([t], len(leaves)), reverse=False)
+    return y.data, float(root_t[0])
 
 
 def _function_partials(v: Any, cls: Any, kids: Sequence[Any]) -> Sequence[float]:

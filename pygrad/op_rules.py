@@ -102,3 +102,15 @@ CONSTANT_HELPERS = ("relu_slope", "sign_of")
 #: Helpers that are forward rules only (each is C in csrc/activation.h or
 #: csrc/ops.c, and Python in pygrad/reference.py).
 FORWARD_HELPERS = ("relu_of", "sigmoid_of", "powk", "fabs")
+
+
+def functions_with_rules() -> dict:
+    """Each function a gradient rule may call that has a derivative, and
+    the op whose rules give it (its value is that op's forward rule, its
+    tangent the op's gradient rule read forward): a unary op whose forward
+    rule is ``f(x)``, and ``pow`` (POW).  The second-order rules over duals
+    (csrc/second_order.c, pygrad/_second_order.py) call them."""
+    found = {fwd.split("(")[0]: code for code, (fwd, _) in UNARY.items()
+             if fwd.endswith("(x)") and fwd.split("(")[0] not in FORWARD_HELPERS}
+    found["pow"] = "POW"
+    return found

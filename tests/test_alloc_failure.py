@@ -118,7 +118,21 @@ def higher_order():
     return [*numbers, *second, a.grad, b.grad]
 
 
-SCENARIOS = [chain, fused_mlp, python_backward, function_op, replay, batched, higher_order]
+def second_order():
+    """pygrad.hvp, hessian and jvp over ~9k nodes: forward-over-reverse in
+    one C call each (its walk's scratch and its arrays)."""
+    def f(a, b):
+        y = a
+        for _ in range(3_000):
+            y = (y * b + 0.5).tanh()
+        return y * a
+    hv = pygrad.hvp(f, [0.3, 0.7], [1.0, -0.5]).tolist()
+    h = pygrad.hessian(f, [0.3, 0.7]).ravel().tolist()
+    return [*hv, *h, *pygrad.jvp(f, [0.3, 0.7], [1.0, -0.5])]
+
+
+SCENARIOS = [chain, fused_mlp, python_backward, function_op, replay, batched, higher_order,
+             second_order]
 
 
 def live_nodes() -> int:
@@ -131,7 +145,7 @@ def live_nodes() -> int:
 # 12k nodes (a test core keeps no more than 4,096 entries of it between
 # walks: csrc/backward.c).  Node memory is Python's, so a failed ffi.new is
 # Python's own MemoryError, not tested here.
-ALLOCATING = {"chain", "python_backward", "replay", "batched", "higher_order"}
+ALLOCATING = {"chain", "python_backward", "replay", "batched", "higher_order", "second_order"}
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__)

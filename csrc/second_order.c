@@ -1,0 +1,301 @@
+/*
+ * Second order: Hessian-vector products (pygrad.hvp, hessian) and forward
+ * tangents (pygrad.jvp) over a graph, in one call, by forward-over-reverse
+ * mode.  A forward pass gives every node the tangent of its value along
+ * the inputs' tangents; the reverse pass then runs each gradient rule over
+ * duals (a number and its tangent), so each node gets its adjoint and the
+ * adjoint's tangent: at the inputs, the gradient and the Hessian times the
+ * tangents.  Every rule comes from pygrad/op_rules.py (csrc/cffi_build.py
+ * writes second_order_rules.h): an op's tangent is its gradient rules read
+ * forward, and a rule over duals is the rule's own tree of ops, each one's
+ * dual.  pygrad/_second_order.py does the same over Python floats, the
+ * same operations in the same order, so the two engines agree bit for bit.
+ *
+ * A dual's `has` says whether it depends on the inputs at all: what
+ * doesn't has no tangent, and adds none (so a constant's inf or nan, times
+ * a tangent of 0, makes no nan), as a graph of gradients has no path from
+ * a constant to the inputs.
+ *
+ * Nodes are known by their index in the walk's order, which the sweep
+ * keeps in their marks while it holds the sweep lock (backward.c).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "activation.h"
+#include "node.h"
+#include "rule_helpers.h"
+
+typedef struct pg_dual {
+    double v, t;        /* the number, and its tangent (0 without one) */
+    int has;            /* 1 if it has a tangent: it depends on the inputs */
+} pg_dual;
+
+static inline pg_dual dual_const(double v) { return (pg_dual){v, 0.0, 0}; }
+
+/* A sum of tangent parts: the first as it is, then each added. */
+static inline void add_tangent(pg_dual *r, double part) {
+    r->t = r->has ? r->t + part : part;
+    r->has = 1;
+}
+
+#include "second_order_rules.h"
+
+/* One sweep's numbers, by node index: each value's tangent, each adjoint
+ * and its tangent, and which of the two tangents a node has. */
+typedef struct sweep {
+    double *t, *adj, *gt;
+    uint8_t *has_t, *has_gt;
+} sweep;
+
+typedef struct hvp_call {
+    pg_node *root;
+    pg_node *const *ins;
+    uint32_t nin, ntan;
+    const double *tangents;     /* ntan rows of nin */
+    double *result;             /* ntan rows of nin, or NULL */
+    double *root_tangents;      /* ntan, or NULL */
+    int reverse;
+} hvp_call;
+
+static inline size_t idx(const pg_node *n) { return (size_t)n->mark - 1; }
+
+/* Node n's value as a dual of the forward pass. */
+static inline pg_dual value_of(const sweep *s, const pg_node *n) {
+    size_t i = idx(n);
+    return (pg_dual){n->data, s->t[i], s->has_t[i]};
+}
+
+/* The activation of a LINEAR node as its unary op (PG_ACT_*), or -1. */
+static int act_op(int act) {
+    switch (act) {
+    case PG_ACT_RELU: return PG_OP_RELU;
+    case PG_ACT_TANH: return PG_OP_TANH;
+    case PG_ACT_SIGMOID: return PG_OP_SIGMOID;
+    default: return -1;
+    }
+}
+
+/* The tangent of unary op `op` at input x and output y, or its gradient
+ * rule over duals. */
+static pg_dual unary_tangent(int op, pg_dual x, double y) {
+    switch (op) {
+#define CASE(code) case PG_OP_##code: return tangent_##code(x, y);
+        PG_UNARY_RULES(CASE)
+#undef CASE
+    default: return dual_const(y);
+    }
+}
+static pg_dual unary_dual_grad(int op, pg_dual x, pg_dual y, pg_dual g) {
+    switch (op) {
+#define CASE(code) case PG_OP_##code: return dual_grad_##code(x, y, g);
+        PG_UNARY_RULES(CASE)
+#undef CASE
+    default: return g;
+    }
+}
+
+/* LINEAR's pre-activation act(b + w0*x0 + ...) over duals, as its plain
+ * graph computes it: b (or w0 * x0), then each product added. */
+static pg_dual linear_pre(const sweep *s, pg_node *const *kids, uint32_t nk, int bias) {
+    pg_dual acc;
+    uint32_t j;
+    if (bias) {
+        acc = value_of(s, kids[0]);
+        j = 1;
+    } else {
+        acc = dual_MUL(value_of(s, kids[0]), value_of(s, kids[1]));
+        j = 2;
+    }
+    for (; j < nk; j += 2) acc = dual_ADD(acc, dual_MUL(value_of(s, kids[j]), value_of(s, kids[j + 1])));
+    return acc;
+}
+
+/* logsumexp's shift (ops.c): the largest input, 0 if it is infinite. */
+static double lse_shift(pg_node *const *kids, uint32_t nk) {
+    double m = kids[0]->data;
+    for (uint32_t j = 1; j < nk; j++)
+        if (kids[j]->data > m) m = kids[j]->data;
+    return isinf(m) ? 0.0 : m;
+}
+
+/* Node n's tangent from its inputs' (forward pass). */
+static pg_dual node_tangent(const sweep *s, pg_node *n) {
+    pg_node *const *kids;
+    uint32_t nk = pg_children(n, &kids);
+    double y = n->data;
+    switch (n->op) {
+#define CASE(code) case PG_OP_##code: return tangent_##code(value_of(s, kids[0]), value_of(s, kids[1]), y);
+        PG_BINARY_RULES(CASE)
+#undef CASE
+    case PG_OP_POWK: return tangent_POWK(value_of(s, kids[0]), n->aux.k, y);
+    case PG_OP_SUM: {
+        pg_dual r = {y, 0.0, 0};
+        for (uint32_t j = 0; j < nk; j++)
+            if (s->has_t[idx(kids[j])]) add_tangent(&r, s->t[idx(kids[j])]);
+        return r;
+    }
+    case PG_OP_LINEAR: {
+        pg_dual pre = linear_pre(s, kids, nk, (n->variant & PG_LINEAR_BIAS) != 0);
+        int act = act_op(n->variant & PG_ACT_MASK);
+        return act < 0 ? (pg_dual){y, pre.t, pre.has} : unary_tangent(act, pre, y);
+    }
+    case PG_OP_LOGSUMEXP: {
+        /* the plain graph's: (exp(x_0 - m) t_0 + exp(x_1 - m) t_1 + ...) / s */
+        double m = lse_shift(kids, nk), total = exp(kids[0]->data - m);
+        for (uint32_t j = 1; j < nk; j++) total = total + exp(kids[j]->data - m);
+        pg_dual r = {y, 0.0, 0};
+        for (uint32_t j = 0; j < nk; j++)
+            if (s->has_t[idx(kids[j])]) add_tangent(&r, exp(kids[j]->data - m) * s->t[idx(kids[j])]);
+        if (r.has) r.t = r.t / total;
+        return r;
+    }
+    case PG_OP_LEAF: case PG_OP_MAX: case PG_OP_CUSTOM: case PG_OP_FUNCTION:
+        return dual_const(y);
+    default:
+        return nk == 1 ? unary_tangent(n->op, value_of(s, kids[0]), y) : dual_const(y);
+    }
+}
+
+/* kid's adjoint += r (and its tangent, if r has one). */
+static inline void add_adjoint(sweep *s, const pg_node *kid, pg_dual r) {
+    size_t i = idx(kid);
+    s->adj[i] = s->adj[i] + r.v;
+    if (r.has) {
+        s->gt[i] = s->has_gt[i] ? s->gt[i] + r.t : r.t;
+        s->has_gt[i] = 1;
+    }
+}
+
+/* Node n's gradient rules over duals (reverse pass), adding to its
+ * children in backward()'s order (ops.c). */
+static void node_reverse(sweep *s, pg_node *n) {
+    pg_node *const *kids;
+    uint32_t nk = pg_children(n, &kids);
+    size_t i = idx(n);
+    pg_dual g = {s->adj[i], s->gt[i], s->has_gt[i]}, y = value_of(s, n);
+    switch (n->op) {
+#define CASE(code)                                                                      \
+    case PG_OP_##code: {                                                                \
+        pg_dual a = value_of(s, kids[0]), b = value_of(s, kids[1]);                     \
+        if (guard_a_##code(a.v, b.v, y.v)) add_adjoint(s, kids[0], dual_grad_a_##code(a, b, y, g)); \
+        if (guard_b_##code(a.v, b.v, y.v)) add_adjoint(s, kids[1], dual_grad_b_##code(a, b, y, g)); \
+        return;                                                                         \
+    }
+        PG_BINARY_RULES(CASE)
+#undef CASE
+    case PG_OP_POWK:
+        if (guard_POWK(kids[0]->data, n->aux.k, y.v))
+            add_adjoint(s, kids[0], dual_grad_POWK(value_of(s, kids[0]), n->aux.k, y, g));
+        return;
+    case PG_OP_SUM:
+        for (uint32_t j = nk - 1; j >= 2; j--) add_adjoint(s, kids[j], g);
+        add_adjoint(s, kids[0], g);
+        if (nk > 1) add_adjoint(s, kids[1], g);
+        return;
+    case PG_OP_LINEAR: {
+        int act = act_op(n->variant & PG_ACT_MASK);
+        uint32_t first = (n->variant & PG_LINEAR_BIAS) ? 1 : 0;
+        if (act >= 0) g = unary_dual_grad(act, dual_const(0.0), y, g);   /* reads y only */
+        for (uint32_t j = nk; j > first; j -= 2) {
+            if (first && j - 2 == first) add_adjoint(s, kids[0], g);
+            pg_dual w = value_of(s, kids[j - 2]), x = value_of(s, kids[j - 1]);
+            add_adjoint(s, kids[j - 2], dual_grad_a_MUL(w, x, y, g));
+            add_adjoint(s, kids[j - 1], dual_grad_b_MUL(w, x, y, g));
+        }
+        if (first && nk == 1) add_adjoint(s, kids[0], g);
+        return;
+    }
+    case PG_OP_LOGSUMEXP: {
+        /* the plain graph: e_j = exp(x_j - m), s = e_0 + ..., x_j += e_j * (g / s),
+         * last term first */
+        pg_dual m = dual_const(lse_shift(kids, nk));
+        pg_dual total = dual_EXP(dual_SUB(value_of(s, kids[0]), m));
+        for (uint32_t j = 1; j < nk; j++) total = dual_ADD(total, dual_EXP(dual_SUB(value_of(s, kids[j]), m)));
+        pg_dual q = dual_DIV(g, total);
+        for (uint32_t j = nk; j-- > 0;)
+            add_adjoint(s, kids[j], dual_MUL(dual_EXP(dual_SUB(value_of(s, kids[j]), m)), q));
+        return;
+    }
+    case PG_OP_LEAF: case PG_OP_MAX: case PG_OP_CUSTOM: case PG_OP_FUNCTION:
+        return;
+    default:
+        if (nk == 1) add_adjoint(s, kids[0], unary_dual_grad(n->op, value_of(s, kids[0]), y, g));
+        return;
+    }
+}
+
+static int32_t hvp_over(pg_node *const *order, size_t n, void *ctx) {
+    const hvp_call *c = ctx;
+    if (n >= UINT32_MAX) return PG_E_NOMEM;
+    for (size_t i = 0; i < n; i++)      /* a Function's partials are numbers: Python's */
+        if (order[i]->op == PG_OP_FUNCTION) return PG_E_SWEEP;
+    size_t m = n ? n : 1;
+    sweep s = {pg_malloc(3 * m * sizeof(double)), NULL, NULL, pg_malloc(2 * m), NULL};
+    if (s.t == NULL || s.has_t == NULL) {
+        free(s.t);
+        free(s.has_t);
+        return PG_E_NOMEM;
+    }
+    s.adj = s.t + m;
+    s.gt = s.t + 2 * m;
+    s.has_gt = s.has_t + m;
+    for (size_t i = 0; i < n; i++) order[i]->mark = (uint32_t)(i + 1);
+    for (uint32_t r = 0; r < c->ntan; r++) {
+        const double *tan = c->tangents + (size_t)r * c->nin;
+        memset(s.has_t, 0, n);
+        for (uint32_t i = 0; i < c->nin; i++) {
+            pg_node *x = c->ins[i];
+            if (!x->mark) continue;
+            size_t k = idx(x);
+            s.t[k] = s.has_t[k] ? s.t[k] + tan[i] : tan[i];
+            s.has_t[k] = 1;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (s.has_t[i]) continue;           /* an input */
+            pg_dual d = node_tangent(&s, order[i]);
+            s.t[i] = d.t;
+            s.has_t[i] = (uint8_t)d.has;
+        }
+        if (c->root_tangents != NULL) {
+            size_t k = idx(c->root);
+            c->root_tangents[r] = s.has_t[k] ? s.t[k] : 0.0;
+        }
+        if (!c->reverse) continue;
+        for (size_t i = 0; i < n; i++) {
+            s.adj[i] = 0.0;
+            s.gt[i] = 0.0;
+        }
+        memset(s.has_gt, 0, n);
+        s.adj[idx(c->root)] += 1.0;
+        for (size_t i = n; i-- > 0;) node_reverse(&s, order[i]);
+        double *out = c->result + (size_t)r * c->nin;
+        for (uint32_t i = 0; i < c->nin; i++) {
+            pg_node *x = c->ins[i];
+            out[i] = x->mark && s.has_gt[idx(x)] ? s.gt[idx(x)] : 0.0;
+        }
+    }
+    free(s.t);
+    free(s.has_t);
+    return 0;
+}
+
+/* Forward-over-reverse from `root` (seed 1.0), for each of ntan rows of
+ * tangents (nin each, one per input): the Hessian of root times the row,
+ * into that row of result (if reverse), and root's tangent along it into
+ * root_tangents (if not NULL).  An input not below root gets 0.  Under the
+ * sweep lock, writing no node's numbers.  PG_E_SWEEP (nothing done) if a
+ * Python closure or a Function lies below: their partials are numbers,
+ * which Python differentiates; else errors as pg_with_order's. */
+int32_t pg_hvp_numbers(pg_node *root, pg_node *const *ins, uint32_t nin, const double *tangents,
+                       uint32_t ntan, double *result, double *root_tangents, int reverse,
+                       int ms) {
+    if (root == NULL || (ntan > 0 && nin > 0 && tangents == NULL)
+        || (reverse && ntan > 0 && nin > 0 && result == NULL))
+        return PG_E_ARG;
+    for (uint32_t i = 0; i < nin; i++)
+        if (ins[i] == NULL) return PG_E_ARG;
+    hvp_call c = {root, ins, nin, ntan, tangents, result, root_tangents, reverse};
+    return pg_with_order(&root, 1, ms, hvp_over, &c);
+}
