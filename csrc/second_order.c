@@ -42,9 +42,18 @@ static inline void add_tangent(pg_dual *r, double part) {
 
 #include "second_order_rules.h"
 
-/* One sweep's numbers, by node index: each value's tangent, each adjoint
- * and its tangent, and which of the two tangents a node has. */
+/* The graph, read once from node memory into arrays by node index (the
+ * sweeps, one per row of tangents, then read nothing else): each node's
+ * op, variant, constant (POWK's k) and value, and its children's indices
+ * (node i's are kid[start[i]] .. kid[start[i + 1] - 1]).  Then one sweep's
+ * numbers: each value's tangent, each adjoint and its tangent, and which
+ * of the two tangents a node has. */
 typedef struct sweep {
+    const uint8_t *op;
+    const uint16_t *variant;
+    const double *k, *d;
+    const size_t *start;
+    const uint32_t *kid;
     double *t, *adj, *gt;
     uint8_t *has_t, *has_gt;
 } sweep;
@@ -59,12 +68,12 @@ typedef struct hvp_call {
     int reverse;
 } hvp_call;
 
-static inline size_t idx(const pg_node *n) { return (size_t)n->mark - 1; }
+/* A node's index, while the sweep holds the lock (its mark: below). */
+static inline uint32_t idx(const pg_node *n) { return n->mark - 1; }
 
-/* Node n's value as a dual of the forward pass. */
-static inline pg_dual value_of(const sweep *s, const pg_node *n) {
-    size_t i = idx(n);
-    return (pg_dual){n->data, s->t[i], s->has_t[i]};
+/* Node j's value as a dual of the forward pass. */
+static inline pg_dual value_of(const sweep *s, uint32_t j) {
+    return (pg_dual){s->d[j], s->t[j], s->has_t[j]};
 }
 
 /* The activation of a LINEAR node as its unary op (PG_ACT_*), or -1. */
@@ -98,7 +107,7 @@ static pg_dual unary_dual_grad(int op, pg_dual x, pg_dual y, pg_dual g) {
 
 /* LINEAR's pre-activation act(b + w0*x0 + ...) over duals, as its plain
  * graph computes it: b (or w0 * x0), then each product added. */
-static pg_dual linear_pre(const sweep *s, pg_node *const *kids, uint32_t nk, int bias) {
+static pg_dual linear_pre(const sweep *s, const uint32_t *kids, uint32_t nk, int bias) {
     pg_dual acc;
     uint32_t j;
     if (bias) {
@@ -113,69 +122,67 @@ static pg_dual linear_pre(const sweep *s, pg_node *const *kids, uint32_t nk, int
 }
 
 /* logsumexp's shift (ops.c): the largest input, 0 if it is infinite. */
-static double lse_shift(pg_node *const *kids, uint32_t nk) {
-    double m = kids[0]->data;
+static double lse_shift(const sweep *s, const uint32_t *kids, uint32_t nk) {
+    double m = s->d[kids[0]];
     for (uint32_t j = 1; j < nk; j++)
-        if (kids[j]->data > m) m = kids[j]->data;
+        if (s->d[kids[j]] > m) m = s->d[kids[j]];
     return isinf(m) ? 0.0 : m;
 }
 
-/* Node n's tangent from its inputs' (forward pass). */
-static pg_dual node_tangent(const sweep *s, pg_node *n) {
-    pg_node *const *kids;
-    uint32_t nk = pg_children(n, &kids);
-    double y = n->data;
-    switch (n->op) {
+/* Node i's tangent from its inputs' (forward pass). */
+static pg_dual node_tangent(const sweep *s, size_t i) {
+    const uint32_t *kids = s->kid + s->start[i];
+    uint32_t nk = (uint32_t)(s->start[i + 1] - s->start[i]);
+    double y = s->d[i];
+    switch (s->op[i]) {
 #define CASE(code) case PG_OP_##code: return tangent_##code(value_of(s, kids[0]), value_of(s, kids[1]), y);
         PG_BINARY_RULES(CASE)
 #undef CASE
-    case PG_OP_POWK: return tangent_POWK(value_of(s, kids[0]), n->aux.k, y);
+    case PG_OP_POWK: return tangent_POWK(value_of(s, kids[0]), s->k[i], y);
     case PG_OP_SUM: {
         pg_dual r = {y, 0.0, 0};
         for (uint32_t j = 0; j < nk; j++)
-            if (s->has_t[idx(kids[j])]) add_tangent(&r, s->t[idx(kids[j])]);
+            if (s->has_t[kids[j]]) add_tangent(&r, s->t[kids[j]]);
         return r;
     }
     case PG_OP_LINEAR: {
-        pg_dual pre = linear_pre(s, kids, nk, (n->variant & PG_LINEAR_BIAS) != 0);
-        int act = act_op(n->variant & PG_ACT_MASK);
+        pg_dual pre = linear_pre(s, kids, nk, (s->variant[i] & PG_LINEAR_BIAS) != 0);
+        int act = act_op(s->variant[i] & PG_ACT_MASK);
         return act < 0 ? (pg_dual){y, pre.t, pre.has} : unary_tangent(act, pre, y);
     }
     case PG_OP_LOGSUMEXP: {
         /* the plain graph's: (exp(x_0 - m) t_0 + exp(x_1 - m) t_1 + ...) / s */
-        double m = lse_shift(kids, nk), total = exp(kids[0]->data - m);
-        for (uint32_t j = 1; j < nk; j++) total = total + exp(kids[j]->data - m);
+        double m = lse_shift(s, kids, nk), total = exp(s->d[kids[0]] - m);
+        for (uint32_t j = 1; j < nk; j++) total = total + exp(s->d[kids[j]] - m);
         pg_dual r = {y, 0.0, 0};
         for (uint32_t j = 0; j < nk; j++)
-            if (s->has_t[idx(kids[j])]) add_tangent(&r, exp(kids[j]->data - m) * s->t[idx(kids[j])]);
+            if (s->has_t[kids[j]]) add_tangent(&r, exp(s->d[kids[j]] - m) * s->t[kids[j]]);
         if (r.has) r.t = r.t / total;
         return r;
     }
     case PG_OP_LEAF: case PG_OP_MAX: case PG_OP_CUSTOM: case PG_OP_FUNCTION:
         return dual_const(y);
     default:
-        return nk == 1 ? unary_tangent(n->op, value_of(s, kids[0]), y) : dual_const(y);
+        return nk == 1 ? unary_tangent(s->op[i], value_of(s, kids[0]), y) : dual_const(y);
     }
 }
 
-/* kid's adjoint += r (and its tangent, if r has one). */
-static inline void add_adjoint(sweep *s, const pg_node *kid, pg_dual r) {
-    size_t i = idx(kid);
-    s->adj[i] = s->adj[i] + r.v;
+/* Node j's adjoint += r (and its tangent, if r has one). */
+static inline void add_adjoint(sweep *s, uint32_t j, pg_dual r) {
+    s->adj[j] = s->adj[j] + r.v;
     if (r.has) {
-        s->gt[i] = s->has_gt[i] ? s->gt[i] + r.t : r.t;
-        s->has_gt[i] = 1;
+        s->gt[j] = s->has_gt[j] ? s->gt[j] + r.t : r.t;
+        s->has_gt[j] = 1;
     }
 }
 
-/* Node n's gradient rules over duals (reverse pass), adding to its
+/* Node i's gradient rules over duals (reverse pass), adding to its
  * children in backward()'s order (ops.c). */
-static void node_reverse(sweep *s, pg_node *n) {
-    pg_node *const *kids;
-    uint32_t nk = pg_children(n, &kids);
-    size_t i = idx(n);
-    pg_dual g = {s->adj[i], s->gt[i], s->has_gt[i]}, y = value_of(s, n);
-    switch (n->op) {
+static void node_reverse(sweep *s, size_t i) {
+    const uint32_t *kids = s->kid + s->start[i];
+    uint32_t nk = (uint32_t)(s->start[i + 1] - s->start[i]);
+    pg_dual g = {s->adj[i], s->gt[i], s->has_gt[i]}, y = value_of(s, (uint32_t)i);
+    switch (s->op[i]) {
 #define CASE(code)                                                                      \
     case PG_OP_##code: {                                                                \
         pg_dual a = value_of(s, kids[0]), b = value_of(s, kids[1]);                     \
@@ -186,8 +193,8 @@ static void node_reverse(sweep *s, pg_node *n) {
         PG_BINARY_RULES(CASE)
 #undef CASE
     case PG_OP_POWK:
-        if (guard_POWK(kids[0]->data, n->aux.k, y.v))
-            add_adjoint(s, kids[0], dual_grad_POWK(value_of(s, kids[0]), n->aux.k, y, g));
+        if (guard_POWK(s->d[kids[0]], s->k[i], y.v))
+            add_adjoint(s, kids[0], dual_grad_POWK(value_of(s, kids[0]), s->k[i], y, g));
         return;
     case PG_OP_SUM:
         for (uint32_t j = nk - 1; j >= 2; j--) add_adjoint(s, kids[j], g);
@@ -195,8 +202,8 @@ static void node_reverse(sweep *s, pg_node *n) {
         if (nk > 1) add_adjoint(s, kids[1], g);
         return;
     case PG_OP_LINEAR: {
-        int act = act_op(n->variant & PG_ACT_MASK);
-        uint32_t first = (n->variant & PG_LINEAR_BIAS) ? 1 : 0;
+        int act = act_op(s->variant[i] & PG_ACT_MASK);
+        uint32_t first = (s->variant[i] & PG_LINEAR_BIAS) ? 1 : 0;
         if (act >= 0) g = unary_dual_grad(act, dual_const(0.0), y, g);   /* reads y only */
         for (uint32_t j = nk; j > first; j -= 2) {
             if (first && j - 2 == first) add_adjoint(s, kids[0], g);
@@ -210,7 +217,7 @@ static void node_reverse(sweep *s, pg_node *n) {
     case PG_OP_LOGSUMEXP: {
         /* the plain graph: e_j = exp(x_j - m), s = e_0 + ..., x_j += e_j * (g / s),
          * last term first */
-        pg_dual m = dual_const(lse_shift(kids, nk));
+        pg_dual m = dual_const(lse_shift(s, kids, nk));
         pg_dual total = dual_EXP(dual_SUB(value_of(s, kids[0]), m));
         for (uint32_t j = 1; j < nk; j++) total = dual_ADD(total, dual_EXP(dual_SUB(value_of(s, kids[j]), m)));
         pg_dual q = dual_DIV(g, total);
@@ -221,64 +228,90 @@ static void node_reverse(sweep *s, pg_node *n) {
     case PG_OP_LEAF: case PG_OP_MAX: case PG_OP_CUSTOM: case PG_OP_FUNCTION:
         return;
     default:
-        if (nk == 1) add_adjoint(s, kids[0], unary_dual_grad(n->op, value_of(s, kids[0]), y, g));
+        if (nk == 1) add_adjoint(s, kids[0], unary_dual_grad(s->op[i], value_of(s, kids[0]), y, g));
         return;
+    }
+}
+
+/* One row of tangents (tan, one per input): the forward pass, root's
+ * tangent, and (reverse) the reverse pass and the inputs' adjoint
+ * tangents into out. */
+static void sweep_row(sweep *s, size_t n, const hvp_call *c, const double *tan,
+                      double *root_tangent, double *out) {
+    memset(s->has_t, 0, n);
+    for (uint32_t i = 0; i < c->nin; i++) {
+        pg_node *x = c->ins[i];
+        if (!x->mark) continue;
+        uint32_t k = idx(x);
+        s->t[k] = s->has_t[k] ? s->t[k] + tan[i] : tan[i];
+        s->has_t[k] = 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (s->has_t[i]) continue;           /* an input */
+        pg_dual d = node_tangent(s, i);
+        s->t[i] = d.t;
+        s->has_t[i] = (uint8_t)d.has;
+    }
+    uint32_t r = idx(c->root);
+    if (root_tangent != NULL) *root_tangent = s->has_t[r] ? s->t[r] : 0.0;
+    if (out == NULL) return;
+    for (size_t i = 0; i < n; i++) {
+        s->adj[i] = 0.0;
+        s->gt[i] = 0.0;
+    }
+    memset(s->has_gt, 0, n);
+    s->adj[r] += 1.0;
+    for (size_t i = n; i-- > 0;) node_reverse(s, i);
+    for (uint32_t i = 0; i < c->nin; i++) {
+        pg_node *x = c->ins[i];
+        out[i] = x->mark && s->has_gt[idx(x)] ? s->gt[idx(x)] : 0.0;
     }
 }
 
 static int32_t hvp_over(pg_node *const *order, size_t n, void *ctx) {
     const hvp_call *c = ctx;
     if (n >= UINT32_MAX) return PG_E_NOMEM;
-    for (size_t i = 0; i < n; i++)      /* a Function's partials are numbers: Python's */
-        if (order[i]->op == PG_OP_FUNCTION) return PG_E_SWEEP;
+    size_t edges = 0;
+    for (size_t i = 0; i < n; i++) {
+        pg_node *const *kids;
+        if (order[i]->op == PG_OP_FUNCTION) return PG_E_SWEEP;   /* its partials are numbers: Python's */
+        edges += pg_children(order[i], &kids);
+        order[i]->mark = (uint32_t)(i + 1);
+    }
     size_t m = n ? n : 1;
-    sweep s = {pg_malloc(3 * m * sizeof(double)), NULL, NULL, pg_malloc(2 * m), NULL};
-    if (s.t == NULL || s.has_t == NULL) {
-        free(s.t);
-        free(s.has_t);
-        return PG_E_NOMEM;
-    }
-    s.adj = s.t + m;
-    s.gt = s.t + 2 * m;
-    s.has_gt = s.has_t + m;
-    for (size_t i = 0; i < n; i++) order[i]->mark = (uint32_t)(i + 1);
-    for (uint32_t r = 0; r < c->ntan; r++) {
-        const double *tan = c->tangents + (size_t)r * c->nin;
-        memset(s.has_t, 0, n);
-        for (uint32_t i = 0; i < c->nin; i++) {
-            pg_node *x = c->ins[i];
-            if (!x->mark) continue;
-            size_t k = idx(x);
-            s.t[k] = s.has_t[k] ? s.t[k] + tan[i] : tan[i];
-            s.has_t[k] = 1;
-        }
+    double *numbers = pg_malloc(5 * m * sizeof(double));
+    size_t *start = pg_malloc((n + 1) * sizeof *start);
+    uint32_t *kid = pg_malloc((edges ? edges : 1) * sizeof *kid);
+    uint16_t *variant = pg_malloc(m * sizeof *variant);
+    uint8_t *bytes = pg_malloc(3 * m);
+    int32_t rc = PG_E_NOMEM;
+    if (numbers != NULL && start != NULL && kid != NULL && variant != NULL && bytes != NULL) {
+        sweep s = {bytes, variant, numbers, numbers + m, start, kid, numbers + 2 * m,
+                   numbers + 3 * m, numbers + 4 * m, bytes + m, bytes + 2 * m};
+        double *k = numbers, *d = numbers + m;
+        start[0] = 0;
         for (size_t i = 0; i < n; i++) {
-            if (s.has_t[i]) continue;           /* an input */
-            pg_dual d = node_tangent(&s, order[i]);
-            s.t[i] = d.t;
-            s.has_t[i] = (uint8_t)d.has;
+            pg_node *x = order[i], *const *kids;
+            uint32_t nk = pg_children(x, &kids);
+            bytes[i] = x->op;
+            variant[i] = x->variant;
+            k[i] = x->op == PG_OP_POWK ? x->aux.k : 0.0;
+            d[i] = x->data;
+            for (uint32_t j = 0; j < nk; j++) kid[start[i] + j] = idx(kids[j]);
+            start[i + 1] = start[i] + nk;
         }
-        if (c->root_tangents != NULL) {
-            size_t k = idx(c->root);
-            c->root_tangents[r] = s.has_t[k] ? s.t[k] : 0.0;
-        }
-        if (!c->reverse) continue;
-        for (size_t i = 0; i < n; i++) {
-            s.adj[i] = 0.0;
-            s.gt[i] = 0.0;
-        }
-        memset(s.has_gt, 0, n);
-        s.adj[idx(c->root)] += 1.0;
-        for (size_t i = n; i-- > 0;) node_reverse(&s, order[i]);
-        double *out = c->result + (size_t)r * c->nin;
-        for (uint32_t i = 0; i < c->nin; i++) {
-            pg_node *x = c->ins[i];
-            out[i] = x->mark && s.has_gt[idx(x)] ? s.gt[idx(x)] : 0.0;
-        }
+        for (uint32_t r = 0; r < c->ntan; r++)
+            sweep_row(&s, n, c, c->tangents + (size_t)r * c->nin,
+                      c->root_tangents != NULL ? &c->root_tangents[r] : NULL,
+                      c->reverse ? c->result + (size_t)r * c->nin : NULL);
+        rc = 0;
     }
-    free(s.t);
-    free(s.has_t);
-    return 0;
+    free(numbers);
+    free(start);
+    free(kid);
+    free(variant);
+    free(bytes);
+    return rc;
 }
 
 /* Forward-over-reverse from `root` (seed 1.0), for each of ntan rows of

@@ -1324,9 +1324,9 @@ static int32_t pg_grad_numbers_l(uintptr_t outs, const double *seeds, size_t nse
 
 /* pygrad.hvp's, hessian's and jvp's numbers (pg_hvp_numbers) from the one
  * node of list `root` over node list ins: without the GIL, since they
- * write no node's numbers (the lists, which the caller holds, hold every
- * node); the wait for the sweep lock is short, and Python calls again on
- * PG_E_BUSY, its signal handlers running between. */
+ * write no node's numbers, holding both lists (which hold every node) for
+ * the call; the wait for the sweep lock is short, and Python calls again
+ * on PG_E_BUSY, its signal handlers running between. */
 static int32_t pg_hvp_numbers_l(uintptr_t root, uintptr_t ins, const double *tangents,
                                 size_t ntangents, uint32_t ntan, double *result, size_t nresult,
                                 double *root_tangents, size_t nroot, int reverse) {
@@ -1334,10 +1334,14 @@ static int32_t pg_hvp_numbers_l(uintptr_t root, uintptr_t ins, const double *tan
     if (r == NULL || i == NULL || r->n != 1 || ntangents < (size_t)ntan * i->n
         || (reverse && nresult < (size_t)ntan * i->n) || (root_tangents != NULL && nroot < ntan))
         return PG_E_ARG;
+    Py_INCREF((PyObject *)r);
+    Py_INCREF((PyObject *)i);
     PyThreadState *save = PyEval_SaveThread();
     int32_t rc = pg_hvp_numbers(list_nodes(r)[0], list_nodes(i), i->n, tangents, ntan,
                                 reverse ? result : NULL, root_tangents, reverse, 50);
     PyEval_RestoreThread(save);
+    Py_DECREF((PyObject *)i);
+    Py_DECREF((PyObject *)r);
     return rc;
 }
 

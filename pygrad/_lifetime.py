@@ -32,7 +32,9 @@ __all__ = ["Packed", "pack", "check", "bulk"]
 class Packed:
     """The nodes of many Values for bulk C calls (reads and writes,
     optimizer steps, fused layers' parameters): ``nodes`` is a node list,
-    which C reads; its node pointers never reach Python."""
+    which C reads.  Its node pointers reach Python in one place: the fused
+    optimizer's struct (pygrad/_backend.py), made for one step and held
+    with the list (docs/lifetime.md, "What is still open")."""
 
     __slots__ = ("nodes", "n")
     nodes: Any
