@@ -268,13 +268,29 @@ static void sweep_row(sweep *s, size_t n, const hvp_call *c, const double *tan,
     }
 }
 
+/* Whether the sweep has op's rules: Python's sweep takes any other (a
+ * Function's partials are numbers, which only Python can differentiate). */
+static int has_rules(int op) {
+    switch (op) {
+#define CASE(code) case PG_OP_##code:
+        PG_UNARY_RULES(CASE)
+        PG_BINARY_RULES(CASE)
+#undef CASE
+    case PG_OP_POWK: case PG_OP_SUM: case PG_OP_LINEAR: case PG_OP_LOGSUMEXP:
+    case PG_OP_LEAF: case PG_OP_MAX: case PG_OP_CUSTOM:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static int32_t hvp_over(pg_node *const *order, size_t n, void *ctx) {
     const hvp_call *c = ctx;
     if (n >= UINT32_MAX) return PG_E_NOMEM;
     size_t edges = 0;
     for (size_t i = 0; i < n; i++) {
         pg_node *const *kids;
-        if (order[i]->op == PG_OP_FUNCTION) return PG_E_SWEEP;   /* its partials are numbers: Python's */
+        if (!has_rules(order[i]->op)) return PG_E_SWEEP;
         edges += pg_children(order[i], &kids);
         order[i]->mark = (uint32_t)(i + 1);
     }

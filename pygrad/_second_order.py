@@ -140,6 +140,11 @@ def second_order(floats: Rules) -> SecondOrder:
     return _made[0]
 
 
+#: The codes of nodes through which nothing flows: a leaf, detached_max's
+#: node, and a custom node whose closure does nothing.
+_NO_TANGENT = ("LEAF", "MAX", "NONE")
+
+
 class Sweep:
     """Forward-over-reverse over one walk of the graph below ``root``
     (pygrad/higher_order.py's _Walk: children first), by node index."""
@@ -201,6 +206,8 @@ class Sweep:
         if code == "POWK":
             return tan.powk(self._value(kids[0], t, has_t), extra, y)
         r = Dual(y)
+        if code in _NO_TANGENT:
+            return r
         if code == "SUM":
             for j in kids:
                 if has_t[j]:
@@ -214,7 +221,9 @@ class Sweep:
             for j, p in zip(kids, self.partials(v, extra, self.kid_values[i])):
                 if has_t[j]:
                     _add_tangent(r, p * t[j])
-        elif code == "LOGSUMEXP":
+        elif code != "LOGSUMEXP":
+            raise TypeError(f"pygrad: the second-order sweep has no rules for {code!r}")
+        else:
             exp, div = self.so.exp, self.so.div
             m = self._shift(kids)
             total = exp(self.data[kids[0]] - m)
@@ -290,7 +299,11 @@ class Sweep:
                 j -= 2
             if first and len(kids) == 1:
                 add(kids[0], g)
-        elif code == "LOGSUMEXP":
+        elif code in _NO_TANGENT or code == "FUNCTION":
+            return                  # (a Function below sends hvp to grad-of-grad)
+        elif code != "LOGSUMEXP":
+            raise TypeError(f"pygrad: the second-order sweep has no rules for {code!r}")
+        else:
             exp = _DUALS["EXP"]
             m = Dual(self._shift(kids))
             total = exp(value(kids[0]) - m)
