@@ -14,7 +14,10 @@
  * A dual's `has` says whether it depends on the inputs at all: what
  * doesn't has no tangent, and adds none (so a constant's inf or nan, times
  * a tangent of 0, makes no nan), as a graph of gradients has no path from
- * a constant to the inputs.
+ * a constant to the inputs.  In the same way an input whose tangent in a
+ * row is 0 has none in that row (a Hessian column is the derivative along
+ * one input, the others held), and a node that no gradient reaches (below
+ * x ** 0, detached_max, or a guard) runs no rule in the reverse pass.
  *
  * Nodes are known by their index in the walk's order, which the sweep
  * keeps in their marks while it holds the sweep lock (backward.c).
@@ -55,7 +58,7 @@ typedef struct sweep {
     const size_t *start;
     const uint32_t *kid;
     double *t, *adj, *gt;
-    uint8_t *has_t, *has_gt;
+    uint8_t *has_t, *has_gt, *reached;
 } sweep;
 
 typedef struct hvp_call {
@@ -170,6 +173,7 @@ static pg_dual node_tangent(const sweep *s, size_t i) {
 /* Node j's adjoint += r (and its tangent, if r has one). */
 static inline void add_adjoint(sweep *s, uint32_t j, pg_dual r) {
     s->adj[j] = s->adj[j] + r.v;
+    s->reached[j] = 1;
     if (r.has) {
         s->gt[j] = s->has_gt[j] ? s->gt[j] + r.t : r.t;
         s->has_gt[j] = 1;
@@ -181,6 +185,7 @@ static inline void add_adjoint(sweep *s, uint32_t j, pg_dual r) {
 static void node_reverse(sweep *s, size_t i) {
     const uint32_t *kids = s->kid + s->start[i];
     uint32_t nk = (uint32_t)(s->start[i + 1] - s->start[i]);
+    if (!s->reached[i]) return;         /* no gradient reaches it */
     pg_dual g = {s->adj[i], s->gt[i], s->has_gt[i]}, y = value_of(s, (uint32_t)i);
     switch (s->op[i]) {
 #define CASE(code)                                                                      \
@@ -204,7 +209,10 @@ static void node_reverse(sweep *s, size_t i) {
     case PG_OP_LINEAR: {
         int act = act_op(s->variant[i] & PG_ACT_MASK);
         uint32_t first = (s->variant[i] & PG_LINEAR_BIAS) ? 1 : 0;
-        if (act >= 0) g = unary_dual_grad(act, dual_const(0.0), y, g);   /* reads y only */
+        if (act >= 0) {
+            g = unary_dual_grad(act, dual_const(0.0), y, g);   /* reads y only */
+            g.v = 0.0 + g.v;    /* the plain graph's sum node's adjoint, from 0.0 */
+        }
         for (uint32_t j = nk; j > first; j -= 2) {
             if (first && j - 2 == first) add_adjoint(s, kids[0], g);
             pg_dual w = value_of(s, kids[j - 2]), x = value_of(s, kids[j - 1]);
@@ -241,7 +249,7 @@ static void sweep_row(sweep *s, size_t n, const hvp_call *c, const double *tan,
     memset(s->has_t, 0, n);
     for (uint32_t i = 0; i < c->nin; i++) {
         pg_node *x = c->ins[i];
-        if (!x->mark) continue;
+        if (!x->mark || tan[i] == 0.0) continue;     /* (0: held, in this row) */
         uint32_t k = idx(x);
         s->t[k] = s->has_t[k] ? s->t[k] + tan[i] : tan[i];
         s->has_t[k] = 1;
@@ -260,7 +268,9 @@ static void sweep_row(sweep *s, size_t n, const hvp_call *c, const double *tan,
         s->gt[i] = 0.0;
     }
     memset(s->has_gt, 0, n);
+    memset(s->reached, 0, n);
     s->adj[r] += 1.0;
+    s->reached[r] = 1;
     for (size_t i = n; i-- > 0;) node_reverse(s, i);
     for (uint32_t i = 0; i < c->nin; i++) {
         pg_node *x = c->ins[i];
@@ -299,11 +309,11 @@ static int32_t hvp_over(pg_node *const *order, size_t n, void *ctx) {
     size_t *start = pg_malloc((n + 1) * sizeof *start);
     uint32_t *kid = pg_malloc((edges ? edges : 1) * sizeof *kid);
     uint16_t *variant = pg_malloc(m * sizeof *variant);
-    uint8_t *bytes = pg_malloc(3 * m);
+    uint8_t *bytes = pg_malloc(4 * m);
     int32_t rc = PG_E_NOMEM;
     if (numbers != NULL && start != NULL && kid != NULL && variant != NULL && bytes != NULL) {
         sweep s = {bytes, variant, numbers, numbers + m, start, kid, numbers + 2 * m,
-                   numbers + 3 * m, numbers + 4 * m, bytes + m, bytes + 2 * m};
+                   numbers + 3 * m, numbers + 4 * m, bytes + m, bytes + 2 * m, bytes + 3 * m};
         double *k = numbers, *d = numbers + m;
         start[0] = 0;
         for (size_t i = 0; i < n; i++) {

@@ -174,7 +174,7 @@ class Sweep:
         t, has_t = [0.0] * n, [False] * n
         where = [self.index_of(x) for x in ins]
         for i, tx in zip(where, tangent):
-            if i is not None:
+            if i is not None and tx != 0.0:     # (0: held, in this row)
                 t[i] = t[i] + tx if has_t[i] else tx
                 has_t[i] = True
         for i in range(n):
@@ -188,7 +188,9 @@ class Sweep:
             return root_t, []
         self.t, self.has_t = t, has_t
         self.adj, self.gt, self.has_gt = [0.0] * n, [0.0] * n, [False] * n
+        self.reached = [False] * n
         self.adj[r] += 1.0
+        self.reached[r] = True
         for i in range(n - 1, -1, -1):
             self._reverse(i)
         return root_t, [self.gt[i] if i is not None and self.has_gt[i] else 0.0 for i in where]
@@ -258,11 +260,14 @@ class Sweep:
 
     def _add(self, j: int, r: Dual) -> None:
         self.adj[j] = self.adj[j] + r.v
+        self.reached[j] = True
         if r.has:
             self.gt[j] = self.gt[j] + r.t if self.has_gt[j] else r.t
             self.has_gt[j] = True
 
     def _reverse(self, i: int) -> None:
+        if not self.reached[i]:
+            return                          # no gradient reaches it
         code, extra = self.rules[i]
         kids, rules, add = self.kids[i], self.so.duals, self._add
         value = lambda j: Dual(self.data[j], self.t[j], self.has_t[j])  # noqa: E731
@@ -287,6 +292,7 @@ class Sweep:
             act, bias = extra
             if act is not None:
                 g = _dual(rules.unary[act][1][1](Dual(0.0), y, g))     # reads y only
+                g = Dual(0.0 + g.v, g.t, g.has)     # the plain graph's sum node's adjoint
             _, (_, w_rule), (_, x_rule) = rules.binary["MUL"]
             first = 1 if bias else 0
             j = len(kids)

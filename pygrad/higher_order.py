@@ -429,9 +429,21 @@ def _grad_numbers(view: Any, outs: List[Any], seeds: List[float], ins: List[Any]
     return [0.0 if d is None else d for d in found]
 
 
+def _items(xs: Any, what: str) -> List[Any]:
+    """xs (a number, a Value, a 0-d or 1-d array, or a sequence of them) as
+    a list; a mapping or a set (no order) is refused."""
+    if isinstance(xs, (dict, set, frozenset)) or hasattr(xs, "keys"):
+        raise TypeError(f"{what} must be a number, a Value or a sequence of them in order, "
+                        f"not a {type(xs).__name__}")
+    if (is_value(xs) or isinstance(xs, (str, bytes)) or not hasattr(xs, "__iter__")
+            or getattr(xs, "ndim", None) == 0):
+        return [xs]
+    return list(xs)
+
+
 def _leaves(xs: Any, what: str) -> Tuple[type, List[Any]]:
     """New leaves (of the engine of any Values among ``xs``) holding xs."""
-    items = list(xs) if hasattr(xs, "__iter__") and not is_value(xs) else [xs]
+    items = _items(xs, what)
     if not items:
         raise ValueError(f"{what} needs at least one input")
     backend = _backend.backend_of(items, what)
@@ -451,10 +463,7 @@ def _call(f: Callable[..., Any], leaves: List[Any], what: str) -> Any:
 
 def _numbers(xs: Any, n: int, what: str) -> List[float]:
     """xs (numbers, Values or a 1-d array) as n floats."""
-    if is_value(xs) or isinstance(xs, (str, bytes)) or not hasattr(xs, "__iter__"):
-        items = [xs]
-    else:
-        items = list(xs)
+    items = _items(xs, what)
     if len(items) != n:
         raise ValueError(f"{what} has {len(items)} numbers for {n} inputs")
     return [to_real(x.data if is_value(x) else x, what) for x in items]

@@ -141,3 +141,36 @@ def run_in_threads(work, n: int = 3) -> list:
     for t in threads:
         t.join()
     return errors
+
+
+def interrupt_at_every_line(call, modules) -> int:
+    """Run ``call()`` again and again, a KeyboardInterrupt raised at its
+    1st, 2nd, ... line in files ending with ``modules`` (sys.settrace: at a
+    chosen point, never raced), until a run gets through; after each, a
+    clean run must give the first clean run's doubles bit for bit, and so
+    must the run that got through.  Returns how many lines were tried."""
+    import sys
+    expected = [bits(x) for x in call()]
+    line = 0
+    while True:
+        line += 1
+        seen = [0]
+
+        def tracer(frame, event, arg):
+            if frame.f_code.co_filename.endswith(modules) and event == "line":
+                seen[0] += 1
+                if seen[0] == line:
+                    raise KeyboardInterrupt
+            return tracer
+        sys.settrace(tracer)
+        try:
+            got = call()
+        except KeyboardInterrupt:
+            got = None
+        finally:
+            sys.settrace(None)
+        assert [bits(x) for x in call()] == expected, f"after an interrupt at line {line}"
+        if got is not None:
+            assert [bits(x) for x in got] == expected
+            return line
+

@@ -9,13 +9,12 @@ number of any node, under threads, a Ctrl-C at every line, and failed
 allocations (tests/test_alloc_failure.py)."""
 import math
 import random
-import sys
 
 import numpy as np
 import pytest
 
 import pygrad
-from helpers import assert_same_doubles, run_in_threads
+from helpers import assert_same_doubles, interrupt_at_every_line, run_in_threads
 from pygrad import Value, reference as R
 from test_higher_order import BINARY, UNARY_POINTS, Cube, random_expression
 
@@ -207,31 +206,10 @@ def test_threads_sweeping_one_graph_and_backward_get_the_serial_results():
 def test_a_ctrl_c_at_any_line_of_hvp_changes_nothing():
     def f(a, b):
         return (a * b).tanh() * pygrad.logsumexp([a, b]) + pygrad.dot([a, b], [b, a], 0.5, "relu")
-    expected = pygrad.hvp(f, [0.3, 0.6], [1.0, -1.0]).tolist()
     modules = ("pygrad/higher_order.py", "pygrad/_graph_views.py", "pygrad/_second_order.py")
-    line = 0
-    while True:
-        line += 1
-        seen = [0]
-
-        def tracer(frame, event, arg):
-            if frame.f_code.co_filename.endswith(modules) and event == "line":
-                seen[0] += 1
-                if seen[0] == line:
-                    raise KeyboardInterrupt
-            return tracer
-        sys.settrace(tracer)
-        try:
-            got = pygrad.hvp(f, [0.3, 0.6], [1.0, -1.0]).tolist()
-        except KeyboardInterrupt:
-            got = None
-        finally:
-            sys.settrace(None)
-        assert pygrad.hvp(f, [0.3, 0.6], [1.0, -1.0]).tolist() == expected
-        if got is not None:
-            assert got == expected
-            break
-    assert line > 10
+    lines = interrupt_at_every_line(lambda: pygrad.hvp(f, [0.3, 0.6], [1.0, -1.0]).tolist(),
+                                    modules)
+    assert lines > 10
 
 
 def test_a_traced_graph_and_an_uninitialised_value_are_refused():
