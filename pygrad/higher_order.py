@@ -479,15 +479,14 @@ def _second_order(view: Any, y: Any, leaves: List[Any], rows: Any, reverse: bool
     if found is not None:
         return found
     walk = _Walk([y], view)
-    for v in walk.order:
-        code, _ = view.rule(v)
+    sweep = Sweep(walk, view, second_order(_reference_rules()), _function_partials)
+    for v, (code, _) in zip(walk.order, sweep.rules):       # (each node's rule, read once)
         if code == "CUSTOM":
             if reverse:
                 return None             # (grad-of-grad says which op)
             raise custom_op_error(v, "pygrad.jvp")
         if code == "FUNCTION" and reverse:
             return None
-    sweep = Sweep(walk, view, second_order(_reference_rules()), _function_partials)
     runs = [sweep.run(y, leaves, row, reverse) for row in rows.tolist()]
     np = import_whole("numpy")
     products = np.array([p for _, p in runs], dtype=np.float64)
