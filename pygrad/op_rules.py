@@ -16,9 +16,12 @@ and from this one statement come:
 - the graph-building rules of ``pygrad.grad(..., create_graph=True)``: the
   same expressions over Values, so a gradient is a Value, differentiable
   again, whose numbers are the C rule's, bit for bit;
-- the forward-mode rules of ``pygrad.jvp``: a scalar op's gradient rule is
-  linear in ``g``, so an output's tangent is the sum of the rules with
-  ``g`` each input's tangent.
+- the forward-mode and second-order rules of ``pygrad.jvp``, ``hvp`` and
+  ``hessian``: a scalar op's gradient rule is linear in ``g``, so an
+  output's tangent is the sum of the rules with ``g`` each input's
+  tangent, and a rule over (number, tangent) pairs is the rule with each
+  of its operations the op's own such pair (``csrc/cffi_build.py`` writes
+  ``second_order_rules.h``; ``pygrad/_second_order.py`` over floats).
 
 A rule is made of differentiable ops, except the helpers listed in
 ``CONSTANT_HELPERS``, whose value is a number that no gradient flows
@@ -100,7 +103,7 @@ CONSTANTS = {
 CONSTANT_HELPERS = ("relu_slope", "sign_of")
 
 #: Helpers that are forward rules only (each is C in csrc/activation.h or
-#: csrc/ops.c, and Python in pygrad/reference.py).
+#: csrc/rule_helpers.h, and Python in pygrad/reference.py).
 FORWARD_HELPERS = ("relu_of", "sigmoid_of", "powk", "fabs")
 
 
