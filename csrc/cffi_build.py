@@ -275,6 +275,8 @@ BINDING_CDEF = """
 #define PG_E_NUMBER -6
 #define PG_E_NOT_A_NUMBER -7
 int pg_binding_init(uintptr_t out, uintptr_t converter);
+int pg_binding_prev(uintptr_t children, uintptr_t slow, uintptr_t cls);
+int pg_binding_op_name(uintptr_t out, uintptr_t names, uintptr_t slow);
 int32_t pg_leaf_v(uintptr_t value, double data);
 int pg_op_function(uintptr_t out, int op, int form, int fastcall);
 int pg_call_tracing_function(uintptr_t out);
@@ -306,7 +308,6 @@ int pg_variant_v(uintptr_t value);
 uint32_t pg_nkids_v(uintptr_t value);
 uintptr_t pg_kid_addr(uintptr_t value, uint32_t i);
 int32_t pg_local_grads_v(uintptr_t value, double *out, uint32_t cap);
-int pg_operands_are_kids(uintptr_t value);
 int32_t pg_walk_l(uintptr_t roots, uintptr_t order, uintptr_t kids_of, uintptr_t key_of,
                   uintptr_t slow_kids);
 int32_t pg_add_pairs_l(uintptr_t kids, uint32_t first, uintptr_t g, uintptr_t terms);

@@ -276,6 +276,58 @@ static int set_kids(PyObject *self, PyObject *x, void *field) {
     return 0;
 }
 
+/* Value v's children as a new tuple of Values (kids_tuple, below). */
+static PyObject *kids_tuple(pg_valueobj *v);
+
+/* engine._Children (the set type _prev hands out), engine._prev_slow (v
+ * -> that set, made the slow way) and engine.Value (the class of a Value
+ * made for a child that has none): set once, by pg_binding_prev. */
+static PyObject *children_type, *prev_slow, *engine_value;
+
+/* Value._prev, micrograd's set of children: the cache (_pg_kids) if set,
+ * else made once and cached.  In C because drawing helpers and hand-written
+ * backward passes read it for every node: the common cases (the operands
+ * are the children; a number's leaf) cost one set here, not a Python
+ * property, cffi calls and the set. */
+static PyObject *get_prev(PyObject *self, void *unused) {
+    (void)unused;
+    pg_valueobj *v = (pg_valueobj *)self;
+    if (v->kids != NULL) {
+        Py_INCREF(v->kids);
+        return v->kids;
+    }
+    if (children_type == NULL || prev_slow == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "pygrad: the engine is not initialised");
+        return NULL;
+    }
+    PyObject *t = kids_tuple(v), *kids;
+    if (t == NULL && PyErr_Occurred()) return NULL;
+    if (t != NULL) {
+        kids = PyObject_CallFunctionObjArgs(children_type, t, NULL);   /* (may run __hash__) */
+        Py_DECREF(t);
+    } else {
+        kids = PyObject_CallFunctionObjArgs(prev_slow, (PyObject *)v, NULL);
+    }
+    if (kids == NULL) return NULL;
+    if (v->kids != NULL) {           /* Python code above set it first: the same set always */
+        Py_DECREF(kids);
+        Py_INCREF(v->kids);
+        return v->kids;
+    }
+    Py_INCREF(kids);
+    v->kids = kids;                  /* children refer to no parent: no cycle */
+    return kids;
+}
+
+static int set_prev(PyObject *self, PyObject *x, void *unused) {
+    (void)self, (void)x, (void)unused;
+    PyErr_SetString(PyExc_AttributeError,
+                    "a pygrad.Value's children are fixed when it is made (they are the C "
+                    "node's): make it with Value(data, children, op) and set its _backward, "
+                    "as micrograd's own ops do");
+    return -1;
+}
+
 static int value_traverse(PyObject *self, visitproc visit, void *arg) {
     pg_valueobj *v = (pg_valueobj *)self;
     Py_VISIT(v->a);
@@ -317,6 +369,12 @@ static PyGetSetDef value_getset[] = {
     {"_pg_b", get_ref, NULL, "The second operand, or a fused model's table (for _prev).",
      (void *)offsetof(pg_valueobj, b)},
     {"_pg_kids", get_ref, set_kids, "_prev's cache.", (void *)offsetof(pg_valueobj, kids)},
+    {"_prev", get_prev, set_prev,
+     "The children, as micrograd's set of Values: the Values this one was made from "
+     "(yours, with their class and attributes), and for a node made without one (a "
+     "number's leaf, a fused layer's hidden node) a Value made on first read; the same "
+     "set on every read.  The set can't be changed: the children are the C node's.",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -360,6 +418,87 @@ static int pg_binding_init(uintptr_t out, uintptr_t converter) {
     return 0;
 }
 
+/* engine's _Children type, _prev_slow function and Value class, for
+ * Value._prev (get_prev): 0, or -1 if they are set already or cls is no
+ * subclass of the C base (held for the process). */
+static int pg_binding_prev(uintptr_t children, uintptr_t slow, uintptr_t cls) {
+    if (children_type != NULL || value_type == NULL || !PyType_Check((PyObject *)cls) ||
+            !PyType_IsSubtype((PyTypeObject *)cls, value_type))
+        return -1;
+    children_type = (PyObject *)children;
+    prev_slow = (PyObject *)slow;
+    engine_value = (PyObject *)cls;
+    Py_INCREF(children_type);
+    Py_INCREF(prev_slow);
+    Py_INCREF(engine_value);
+    return 0;
+}
+
+/* -- Value._op's descriptor ------------------------------------------------ */
+
+/* Each op's name by code (a str; None where it depends on the node: a
+ * power's exponent, a fused neuron's activation, which op_name_slow(v)
+ * gives): set once, by pg_binding_op_name. */
+static PyObject *op_names, *op_name_slow;
+
+/* A non-data descriptor (no __set__), so that a name set on a Value (a
+ * custom op's, micrograd's `out._op = '-'`) lives in its instance dict and
+ * comes first, as micrograd keeps it; else the name is read from the node.
+ * In C because drawing helpers read it for every node. */
+static PyObject *op_name_get(PyObject *self, PyObject *obj, PyObject *type) {
+    (void)type;
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(self);
+        return self;
+    }
+    pg_node *n = value_node(obj);
+    if (n == NULL || (Py_ssize_t)n->op >= PyTuple_Size(op_names))
+        return PyUnicode_FromString("");          /* (no node: its __init__ never ran) */
+    PyObject *name = PyTuple_GetItem(op_names, (Py_ssize_t)n->op);
+    if (name == NULL || name == Py_None) return PyObject_CallFunctionObjArgs(op_name_slow, obj, NULL);
+    Py_INCREF(name);
+    return name;
+}
+
+static void op_name_dealloc(PyObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_Free(self);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot op_name_slots[] = {
+    {Py_tp_descr_get, (void *)op_name_get},
+    {Py_tp_dealloc, (void *)op_name_dealloc},
+    {Py_tp_new, (void *)no_new},
+    {Py_tp_doc, (void *)"Value._op: the op's name, for drawing ('+', '*', '**2', ...), "
+                        "micrograd's; a name set on a Value comes first."},
+    {0, NULL},
+};
+static PyType_Spec op_name_spec = {"pygrad._OpName", (int)sizeof(PyObject), 0, Py_TPFLAGS_DEFAULT,
+                                   op_name_slots};
+
+/* The _op descriptor, appended to list out, over the tuple names and the
+ * callable slow (held for the process): 0, or -1 (called before, or no
+ * memory: nothing appended, nothing raised). */
+static int pg_binding_op_name(uintptr_t out, uintptr_t names, uintptr_t slow) {
+    if (op_names != NULL || !PyList_Check((PyObject *)out) || !PyTuple_Check((PyObject *)names))
+        return -1;
+    PyTypeObject *tp = (PyTypeObject *)PyType_FromSpec(&op_name_spec);
+    PyObject *d = tp != NULL ? PyType_GenericAlloc(tp, 0) : NULL;
+    Py_XDECREF(tp);                                  /* (d holds its type) */
+    if (d == NULL || PyList_Append((PyObject *)out, d)) {
+        PyErr_Clear();
+        Py_XDECREF(d);
+        return -1;
+    }
+    Py_DECREF(d);
+    op_names = (PyObject *)names;
+    op_name_slow = (PyObject *)slow;
+    Py_INCREF(op_names);
+    Py_INCREF(op_name_slow);
+    return 0;
+}
+
 /* Value `out` now holds node `node` of node object x (taking x's new
  * reference) and operands a, b; PG_E_ARG, and x released, if out is no
  * fresh Value. */
@@ -376,6 +515,45 @@ static int32_t give(PyObject *out, pg_nodeobj *x, pg_node *node, PyObject *a, Py
     v->a = a;
     v->b = b;
     return 0;
+}
+
+/* Value v's children, in order, as a new tuple: operand a or b where it
+ * holds the child, else (a number's leaf, in v's own node object) a new
+ * engine.Value over it, holding nothing more.  NULL with no error set for
+ * any other shape (n-ary and fused nodes, a custom op's tuple, no node):
+ * engine._prev_slow makes those; NULL with an error if out of memory. */
+static PyObject *kids_tuple(pg_valueobj *v) {
+    if (v->node == NULL || v->owner == NULL || engine_value == NULL) return NULL;
+    uint32_t n = pg_nkids(v->node);
+    if (n > 2) return NULL;
+    pg_node *first = obj_nodes(v->owner), *end = first + v->owner->nnodes;
+    pg_node *kids[2] = {NULL, NULL};
+    for (uint32_t i = 0; i < n; i++) {
+        pg_node *kid = pg_kid(v->node, i);
+        if (kid == NULL || (kid != value_node(v->a) && kid != value_node(v->b) &&
+                            (kid < first || kid >= end)))
+            return NULL;
+        kids[i] = kid;
+    }
+    PyObject *t = PyTuple_New((Py_ssize_t)n);
+    if (t == NULL) return NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        PyObject *item = kids[i] == value_node(v->a) ? v->a
+                       : kids[i] == value_node(v->b) ? v->b : NULL;
+        if (item != NULL) {
+            Py_INCREF(item);
+        } else {
+            item = PyType_GenericAlloc((PyTypeObject *)engine_value, 0);
+            if (item == NULL) {
+                Py_DECREF(t);
+                return NULL;
+            }
+            Py_INCREF(v->owner);
+            give(item, v->owner, kids[i], NULL, NULL);      /* (a fresh Value: can't fail) */
+        }
+        PyTuple_SetItem(t, (Py_ssize_t)i, item);
+    }
+    return t;
 }
 
 /* A fresh Value's node is being made, for a creator's check first: out a
@@ -964,18 +1142,6 @@ static uintptr_t pg_kid_addr(uintptr_t value, uint32_t i) {
 static int32_t pg_local_grads_v(uintptr_t value, double *out, uint32_t cap) {
     pg_node *n = value_node((PyObject *)value);
     return n != NULL ? pg_local_grads(n, out, cap) : PG_E_ARG;
-}
-
-/* _prev's common case, in one call: 1 if the node's one child is operand
- * a's node (b is a too), 2 if its two children are a's and b's; else 0
- * (Python then reads the children one by one). */
-static int pg_operands_are_kids(uintptr_t value) {
-    pg_valueobj *v = as_value((PyObject *)value);
-    if (v == NULL || v->node == NULL) return 0;
-    uint32_t n = pg_nkids(v->node);
-    if (n == 0 || n > 2 || value_node(v->a) != pg_kid(v->node, 0)) return 0;
-    if (n == 1) return v->b == v->a ? 1 : 0;
-    return value_node(v->b) == pg_kid(v->node, 1) ? 2 : 0;
 }
 
 /* -- pygrad.grad(create_graph=True)'s bookkeeping (pygrad/higher_order.py

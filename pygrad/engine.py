@@ -222,17 +222,19 @@ def _add_op_methods(cls: type) -> None:
 _D_OP = 0xFF
 _D_PY_BACKWARD = lib.PG_F_PY_BACKWARD << 8
 _describe = lib.pg_describe_v
-_CUSTOM = lib.PG_OP_CUSTOM
 _node_addr = lib.pg_node_addr
-_operands_are_kids = lib.pg_operands_are_kids
 _BINARY = frozenset(op.code for op in _ops.OPS if op.arity == 2)
+# (a custom op's name, if any, is in its instance dict; a Function's is "")
 _OP_NAMES: Tuple[Optional[str], ...] = tuple(
-    None if op.code in (lib.PG_OP_POWK, lib.PG_OP_LINEAR, lib.PG_OP_CUSTOM, lib.PG_OP_FUNCTION)
-    else op.name for op in _ops.OPS)
+    None if op.code in (lib.PG_OP_POWK, lib.PG_OP_LINEAR)
+    else "" if op.code in (lib.PG_OP_CUSTOM, lib.PG_OP_FUNCTION) else op.name for op in _ops.OPS)
+assert all(op.code == i for i, op in enumerate(_ops.OPS))      # (C indexes the names by code)
 
 
-def _op_name(v: Any, op: int) -> str:
-    """The name of a node's op where it depends on the node."""
+def _op_name(v: Any) -> str:
+    """The name of a node's op where it depends on the node (C's _op
+    descriptor calls this where _OP_NAMES has None)."""
+    op = _describe(id(v)) & _D_OP
     if op == lib.PG_OP_POWK:
         k = lib.pg_exponent_v(id(v))
         return f"**{int(k)}" if (_describe(id(v)) >> 8) & lib.PG_F_INT_EXPONENT else f"**{k!r}"
@@ -285,26 +287,6 @@ def _kids_of(v: "Value") -> Set["Value"]:
     return kids
 
 
-class _OpName:
-    """``Value._op``: the op's name, for drawing (``'+'``, ``'*'``,
-    ``'**2'``, ...), micrograd's.  A name set on a Value (``out._op =
-    '-'``, a custom op's) lives in its instance dict, as micrograd keeps
-    it, and comes first (this descriptor has no ``__set__``); else the
-    name is read from the C node."""
-
-    def __get__(self, v: Any, cls: Any = None) -> Any:
-        if v is None:
-            return self
-        d = _describe(id(v))
-        if d < 0:
-            return ""
-        op = d & _D_OP
-        name = _OP_NAMES[op]
-        if name is None:
-            name = "" if op == _CUSTOM else _op_name(v, op)
-        return name
-
-
 from typing import TYPE_CHECKING  # noqa: E402  (beside its one use)
 
 if TYPE_CHECKING:
@@ -333,6 +315,9 @@ class Value(_ValueBase):
     _pg_a: Any            # the operands (read-only: the C base's)
     _pg_b: Any
     _pg_kids: Any         # _prev's cache
+    #: micrograd's set of children (the C base's, csrc/value_binding.h:
+    #: the operands when they are the node's children, else _prev_slow).
+    _prev: Set["Value"]
     #: A name for drawing: a str, kept in the instance dict once set (as the
     #: micrograd lecture's Value keeps it), "" until then.
     label: str = ""
@@ -382,38 +367,14 @@ class Value(_ValueBase):
 
     # -- graph --------------------------------------------------------------
 
-    _op: str = _OpName()  # type: ignore[assignment]
+    #: The op's name, for drawing ('+', '*', '**2', ...), micrograd's: a
+    #: name set on a Value (a custom op's) lives in its instance dict and
+    #: comes first, else C's descriptor reads it from the node (set below
+    #: the class: _bind_op_name).
+    _op: str
     #: microgpt's: the children in order, and d self / d child for each.
     _children: "Tuple[Value, ...]" = ChildrenInOrder()  # type: ignore[assignment]
     _local_grads: "Tuple[float, ...]" = LocalGrads()  # type: ignore[assignment]
-
-    @property
-    def _prev(self) -> Set["Value"]:
-        """The children, as micrograd's set of Values: the Values this one
-        was made from (yours, with their class and attributes), and for a
-        node made without one (a number's leaf, a fused layer's hidden
-        node) a Value made on first read; the same set on every read.  The
-        set can't be changed: the children are the C node's."""
-        kids = get_kids(self)      # None until the first read
-        if kids is not None:
-            return kids
-        # The common case first: an op's Value holds its operands (a unary
-        # op's twice), in child order: those are its node's children.
-        same = _operands_are_kids(id(self))
-        if same == 1:
-            kids = _Children((_get_a(self),))
-        elif same == 2:
-            kids = _Children((_get_a(self), _get_b(self)))
-        else:
-            kids = _Children(_kids_of(self))
-        _set_kids(self, kids)       # children refer to no parent: no cycle
-        return kids
-
-    @_prev.setter
-    def _prev(self, children: Any) -> None:
-        raise AttributeError("a pygrad.Value's children are fixed when it is made (they are "
-                             "the C node's): make it with Value(data, children, op) and set "
-                             "its _backward, as micrograd's own ops do")
 
     @property
     def _backward(self) -> Callable[[], None]:
@@ -573,6 +534,24 @@ class _Children(set):
     __ior__ = __iand__ = __isub__ = __ixor__ = _fixed  # type: ignore[assignment]
 
 
+def _prev_slow(v: Value) -> _Children:
+    """``v._prev`` where v's operands are not exactly its node's children
+    (a number's leaf, a fused model's table, a custom op's tuple): the C
+    base calls this once, then caches the set."""
+    return _Children(_kids_of(v))
+
+
+def _bind_op_name() -> None:
+    """Value._op: C's non-data descriptor (csrc/value_binding.h)."""
+    out: list = []
+    if lib.pg_binding_op_name(id(out), id(_OP_NAMES), id(_op_name)):
+        raise ImportError("pygrad: could not make Value._op's descriptor")
+    setattr(Value, "_op", out[0])
+
+
+_bind_op_name()
+if lib.pg_binding_prev(id(_Children), id(_prev_slow), id(Value)):
+    raise ImportError("pygrad: the C engine's _prev was bound already")
 _add_op_methods(Value)
 _powk_float = _op_function(lib.PG_OP_POWK, lib.PG_FORM_POWK_FLOAT)
 _powk_int = _op_function(lib.PG_OP_POWK, lib.PG_FORM_POWK_INT)

@@ -132,6 +132,57 @@ def test_op_names_can_be_set_as_on_micrograds_value(engine):
     assert custom._op == "renamed"
 
 
+def test_prev_of_a_number_operand_gives_a_value_over_its_leaf():
+    # C makes _prev's set (csrc/value_binding.h, get_prev): a number's leaf
+    # gets a new engine Value, the same one on every read, even under a
+    # subclass's op; other shapes go to Python's slow path
+    class Mine(Value):
+        pass
+    a = Mine(2.0)
+    # (y, the leaf's number, d y / d leaf at a = 2)
+    for y, k, dk in ((a * 0.5, 0.5, 2.0), (0.5 * a, 0.5, 2.0), (a - 3, 3.0, -1.0),
+                     (2 ** a, 2.0, 4.0)):
+        kids = y._prev
+        assert y._prev is kids and type(kids) is type(a._prev) and a in kids
+        (leaf,) = [x for x in kids if x is not a]
+        assert type(leaf) is Value and leaf._prev == set() and leaf._op == ""
+        y.backward()
+        assert (leaf.data, leaf.grad) == (k, dk)
+    assert (a ** 3)._prev == {a}             # a power's exponent is no child
+    assert pygrad.sum([a, a * 2.0, 1.5])._prev >= {a}
+
+
+def test_prev_raises_what_a_subclass_hash_raises_and_then_works():
+    class Unhashable(Value):
+        broken = True
+
+        def __hash__(self):
+            if Unhashable.broken:
+                raise KeyError("no hash today")
+            return id(self)
+    a, b = Unhashable(1.0), Unhashable(2.0)
+    c = a * b
+    with pytest.raises(KeyError, match="no hash today"):
+        c._prev
+    Unhashable.broken = False
+    assert c._prev == {a, b} and c._prev is c._prev
+
+
+def test_op_reads_the_node_and_a_set_name_comes_first():
+    a = Value(3.0)
+    assert [x._op for x in (a, a + 1, a * a, a ** 2, a ** 0.5, a.relu(), a.tanh())] == \
+        ["", "+", "*", "**2", "**0.5", "ReLU", "tanh"]
+    assert pygrad.dot([a], [a], act="relu")._op == "linear+ReLU"
+    b = a * 2
+    b._op = "twice"
+    assert b._op == "twice" and vars(b) == {"_op": "twice"}
+    del b._op
+    assert b._op == "*"
+    unborn = Value.__new__(Value)        # __init__ never ran: no node, no name
+    assert unborn._op == ""
+    assert isinstance(Value.__dict__["_op"], type(Value._op))
+
+
 def test_prev_is_fixed_on_the_c_engine_and_settable_on_the_reference():
     a, b = Value(2.0), Value(3.0)
     out = a * b
