@@ -4,29 +4,45 @@
  * of the core that touches Python objects.  It uses CPython's limited,
  * documented C API only: no object's layout is probed or assumed.
  *
- * Lifetime, in five rules (pygrad/_lifetime.py says the same for Python):
- *  1. A node lives in a *node object*, pygrad's own type (_Node), which
- *     only this file makes: Python can't construct one, read it, write it
- *     or resize it.  It holds one or more nodes inline, and a reference
- *     to every node object its nodes point to (children's, and an n-ary
- *     node's child list and a Function's partials live inline too).  So
- *     whatever holds a node object holds all that C can reach from it.
- *  2. A Value's node is two fields of Value's C base (_ValueBase): the
- *     node object and a pointer to one node in it.  Only C writes them,
- *     once, when the Value is made; nothing Python can do (attributes,
- *     __class__, subclasses, the collector's clear) changes them until the
- *     Value is deallocated.
- *  3. A node object refers to node objects (and node lists) only, each
- *     older than itself: they form no cycle, and the collector never
- *     needs to see them.  Values are ordinary collected objects; what
- *     holds a user's references (operands, _prev's cache, attributes) is
- *     on the Value, and visited and cleared by the collector.
- *  4. A node object is freed by Python's reference counting; its
- *     references are let go through a per-thread list, not by recursion,
- *     so freeing a chain of any length takes constant stack.  Nothing
- *     reads a reference count.
- *  5. A call that lets the GIL go holds a reference to the node object
- *     (or node list) it walks for the whole call.
+ * Lifetime, in six concepts (pygrad/_lifetime.py says the same for
+ * Python; docs/lifetime.md links here).  Each is one rule; the forms it
+ * takes are listed under it, and nothing else keeps, frees or guards a node.
+ *  1. A node object owns what its nodes point to.  A node lives in a node
+ *     object, pygrad's own type (_Node), which only this file makes:
+ *     Python can't construct, read, write or resize one.  It holds its
+ *     nodes inline (an n-ary node's child list and a Function's partials
+ *     too) and a reference to every node object (or node list) they point
+ *     to.  So whatever holds a node object holds all that C can reach.
+ *  2. A Value holds its node and its operands.  Its C base (_ValueBase)
+ *     has the node object and the node's place in it, written once by C
+ *     when the Value is made and changed by nothing Python does until the
+ *     Value is deallocated; and the operands it was made from (a, b, for
+ *     _prev: the Python graph mirrors C's) and _prev's cache.  The one
+ *     pointer the other way, a custom op's node to its Value (for the
+ *     sweep that runs its closure), holds nothing: the Value clears it as
+ *     it goes.
+ *  3. The collector sees every Value and no node object.  Node objects
+ *     refer only to older node objects, so they form no cycle and are not
+ *     tracked; Values are ordinary tracked objects, their operands, cache
+ *     and attributes visited and cleared.  Where pygrad itself makes a big
+ *     acyclic batch of Values in one call (grad(create_graph=True), a
+ *     trace), it pauses the collector for that call: for speed only.
+ *  4. Freeing is reference counting, without recursion.  A node object's
+ *     references are let go through a per-thread list, so a chain of any
+ *     length frees in constant stack.  Nothing reads a reference count.
+ *  5. Whatever C reads is held by a reference while it reads it.  A call's
+ *     arguments (passed by id()) are held by its caller for the call; a
+ *     call that lets the GIL go takes its own reference to the node object
+ *     or node list it walks; a sweep, program or batch, which keeps node
+ *     pointers between calls, holds their node object (its `hold`) until
+ *     it is released.
+ *  6. A lock guards state that threads share, and is held only while C
+ *     (or pygrad's own bookkeeping) runs, never across user code.  The
+ *     sweep lock (csrc/backward.c) serialises walks; a waiter waits
+ *     without the GIL and tries again every 50 ms, so signals run; fork()
+ *     takes it around itself, so the child starts with it free.  A
+ *     Program's lock (pygrad/replay.py) is the same rule for its buffers,
+ *     made anew in a forked child.
  *
  * Python calls these with the GIL held (cffi keeps it for them) and
  * passes objects by id(), which is their address in CPython (pygrad
@@ -167,6 +183,12 @@ typedef struct pg_valueobj {
     pg_node *node;
     PyObject *a, *b;        /* the operands it was made from (_prev), or NULL */
     PyObject *kids;         /* _prev's cache, or NULL */
+    /* Unused: they make a Value (with Value's __dict__ and __weakref__, and
+     * the collector's header) a 104-112-byte block on CPython 3.9-3.13, in
+     * pools of its own, while a unary or binary op's node object is a
+     * 96-byte one.  Sharing pools, a graph's nodes lay twice as far apart,
+     * and backward()'s walk, bound by memory, took 1.6x as long. */
+    void *spare[2];
 } pg_valueobj;
 
 /* Python's converter of a number for data/grad (engine._convert):

@@ -1,26 +1,44 @@
-"""Node lifetime, in five rules (csrc/value_binding.h, which implements
-them, states the same at its top).
+"""Node lifetime, in six concepts (csrc/value_binding.h, which implements
+them, states the same at its top; docs/lifetime.md links to both).  Each
+is one rule; the forms it takes are listed under it.
 
-1. **A node lives in a node object**, pygrad's own type, which only C
-   makes: Python can't construct, read, write or resize one.  It holds its
-   node(s) inline and a reference to every node object they point to, so
-   whatever holds a node object holds all that C can reach from it.
-2. **A Value holds its node in its C base** (``_ValueBase``): the node
-   object and the node's place in it, written once by C when the Value is
-   made, and changed by nothing Python does (attributes, ``__class__``,
-   subclasses, the collector) until the Value is deallocated.
-3. **Node objects form no cycle** (each refers only to older node objects
-   and node lists), so the collector never needs them; Values are ordinary
-   collected objects: their operands, ``_prev``'s cache and attributes are
-   seen and cleared by the collector.
-4. **Freeing is reference counting**, with a node object's references let
-   go through a per-thread list, not by recursion: a chain of any length
-   frees in constant stack.  Nothing reads a reference count.
-5. **A C call that lets the GIL go holds** the node object or node list it
-   walks for the whole call.
+1. **A node object owns what its nodes point to.**  A node lives in a node
+   object, pygrad's own type, which only C makes: Python can't construct,
+   read, write or resize one.  It holds its node(s) inline and a reference
+   to every node object they point to, so whatever holds a node object
+   holds all that C can reach from it.
+2. **A Value holds its node and its operands.**  Its C base
+   (``_ValueBase``) has the node object and the node's place in it,
+   written once by C when the Value is made and changed by nothing Python
+   does (attributes, ``__class__``, subclasses, the collector) until the
+   Value is deallocated; and the operands it was made from (for
+   ``_prev``: the Python graph mirrors C's) and ``_prev``'s cache.  The
+   one pointer the other way, a custom op's node to its Value (for the
+   sweep that runs its closure), holds nothing: the Value clears it as it
+   goes.
+3. **The collector sees every Value and no node object.**  Node objects
+   refer only to older node objects and node lists, so they form no cycle
+   and are not tracked; Values are ordinary collected objects.  Where
+   pygrad itself makes a big acyclic batch of Values in one call
+   (``grad(create_graph=True)``, a trace), it pauses the collector for
+   that call: for speed only.
+4. **Freeing is reference counting, without recursion**: a node object's
+   references are let go through a per-thread list, so a chain of any
+   length frees in constant stack.  Nothing reads a reference count.
+5. **Whatever C reads is held by a reference while it reads it.**  A
+   call's arguments (passed by ``id()``) are held by its caller for the
+   call; a call that lets the GIL go takes its own reference to the node
+   object or node list it walks; a sweep, program or batch, which keeps
+   node pointers between calls, holds their node object until released.
+6. **A lock guards state that threads share, held only while C (or
+   pygrad's own bookkeeping) runs, never across user code**: the sweep
+   lock (waited for without the GIL, retried every 50 ms so signals run,
+   taken around ``fork()``), and each Program's lock (made anew in a
+   forked child).
 
 Bulk calls (optimizers, ``Program``, fused layers) take a *node list*
-(``pack``): the nodes of many Values, held by an object of pygrad's own.
+(``pack``): the nodes of many Values, held by an object of pygrad's own
+(concept 1's node list; concept 5 for the call).
 """
 from typing import Any, Iterable, Tuple
 
