@@ -30,12 +30,29 @@ static pg_mutex sweep_lock = PG_MUTEX_INIT;
 static void sweep_acquire(void) { pg_mutex_lock(&sweep_lock); }
 static void sweep_release(void) { pg_mutex_unlock(&sweep_lock); }
 
+#ifdef PG_TEST_HOOKS
+static _Atomic uint32_t sweep_lock_waits;
+void pg_test_hold_sweep_lock(int hold) {
+    if (hold) {
+        sweep_acquire();
+        sweep_lock_waits = 0;
+    } else {
+        sweep_release();
+    }
+}
+uint32_t pg_sweep_lock_waits(void) { return sweep_lock_waits; }
+#define COUNT_SWEEP_WAIT() (sweep_lock_waits++)
+#else
+#define COUNT_SWEEP_WAIT() ((void)0)
+#endif
+
 /* Take the lock within about `ms` milliseconds: 1, or 0 if another walk
  * still holds it (the caller, without the GIL, looks for signals and
  * tries again: a wait a Ctrl-C can end). */
 static int sweep_acquire_within(unsigned ms) {
     for (unsigned waited = 0;; waited++) {
         if (pg_mutex_trylock(&sweep_lock)) return 1;
+        COUNT_SWEEP_WAIT();
         if (waited >= 4 * ms) return 0;
         pg_nap_quarter_ms();
     }
@@ -219,7 +236,8 @@ int pg_record_order(pg_node *const *roots, uint32_t nroots, pg_node ***order, si
         if (roots[j] == NULL) return PG_E_ARG;
     nodes post = {NULL, 0, 0};
     uint32_t flags;
-    sweep_acquire();
+    /* (PG_E_BUSY: the caller's Python tries again, running signals between) */
+    if (!sweep_acquire_within(50)) return PG_E_BUSY;
     int rc = walk(roots, nroots, &post, &flags);
     if (rc == 0) unmark(&post);
     sweep_release();

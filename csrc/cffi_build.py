@@ -299,8 +299,6 @@ int32_t pg_mlp_v(uintptr_t out, uintptr_t cls, uint32_t nlayers, const int *acts
                  uintptr_t table);
 int32_t pg_view_v(uintptr_t out, uintptr_t parent, uint32_t i, uintptr_t a, uintptr_t b);
 int32_t pg_pack_v(uintptr_t values, uintptr_t out);
-pg_node *const *pg_list_nodes(uintptr_t list);
-uint32_t pg_list_size(uintptr_t list);
 uintptr_t pg_node_addr(uintptr_t value);
 int64_t pg_describe_v(uintptr_t value);
 double pg_exponent_v(uintptr_t value);
@@ -317,10 +315,13 @@ int32_t pg_set_traced_v(uintptr_t value);
 int32_t pg_node_backward_v(uintptr_t value);
 int64_t pg_live_nodes(void);
 int pg_sweep_value(pg_sweep *s, uintptr_t out);
+uintptr_t pg_sweep_node_addr(const pg_sweep *s);
 void pg_zero_hidden_v(uintptr_t value);
 int32_t pg_backward_v(uintptr_t root, pg_sweep *sweep);
-int32_t pg_compile_v(uintptr_t root, pg_program *p, pg_node **bad);
-int32_t pg_batch_compile_v(uintptr_t outputs, uintptr_t inputs, pg_batch *b, pg_node **bad);
+int32_t pg_compile_v(uintptr_t root, pg_program *p, uintptr_t *bad);
+int32_t pg_batch_compile_v(uintptr_t outputs, uintptr_t inputs, pg_batch *b, uintptr_t *bad);
+int32_t pg_batch_step_l(pg_batch *b, const double *rows, size_t n, double *out, const double *w,
+                        uint32_t threads, const pg_optimizer *opt, uintptr_t params);
 void pg_sweep_release(pg_sweep *s);
 void pg_program_release(pg_program *p);
 void pg_batch_release(pg_batch *b);
@@ -422,7 +423,7 @@ RELEASES_GIL = ("pg_backward", "pg_backward_resume", "pg_sweep_restore", "pg_swe
                 "pg_linear_layer", "pg_mlp", "pg_gather_data", "pg_gather_grad",
                 "pg_scatter_data", "pg_fill_grad", "pg_sgd_step", "pg_adam_step",
                 "pg_compile", "pg_program_forward", "pg_program_backward",
-                "pg_program_clear", "pg_batch_compile", "pg_batch_run", "pg_batch_step", "pg_batch_clear")
+                "pg_program_clear", "pg_batch_compile", "pg_batch_run", "pg_batch_clear")
 
 
 def gil_source(cdef: str) -> str:

@@ -62,7 +62,8 @@ void *pg_calloc(size_t count, size_t size);
 void *pg_realloc(void *p, size_t size);
 
 /* backward.c: every node reachable from the roots, parents before
- * children, in a malloc'd buffer (the caller frees it). */
+ * children, in a malloc'd buffer (the caller frees it); PG_E_BUSY (nothing
+ * done) if another walk holds the sweep lock for about 50 ms more. */
 int pg_record_order(pg_node *const *roots, uint32_t nroots, pg_node ***order, size_t *n);
 /* backward.c: the same order handed to use() under the sweep lock, every
  * node in it marked (use may set a mark to any nonzero value). */

@@ -1,7 +1,7 @@
 /*
  * pygrad's public C API: the only header Python's cffi layer sees.
  *
- * Lifetime is csrc/value_binding.h's (its five rules at its top): a node
+ * Lifetime is csrc/value_binding.h's (its six concepts at its top): a node
  * lives in a node object of pygrad's own, which holds every node object
  * its nodes point to.  Every creator below writes new nodes into memory
  * the caller passes (the binding: a new node object's) and links them to
@@ -207,7 +207,7 @@ typedef struct pg_sweep {
     size_t n, pos;
     int done;
     int started;           /* its order is recorded */
-    pg_node *py;           /* the node whose Python backward is due */
+    pg_node *py;           /* the node whose Python backward is due (hidden from cffi) */
     void *hold;            /* the binding's: holds the nodes (hidden from cffi) */
 } pg_sweep;
 int32_t pg_backward(pg_node *root, pg_sweep *sweep);
@@ -270,8 +270,8 @@ int32_t pg_batch_run(pg_batch *b, const double *rows, size_t n, double *out, con
 #define PG_OPT_ADAM 2
 typedef struct pg_optimizer {
     int32_t kind;
-    uint32_t n;
-    pg_node *const *params;
+    uint32_t n;                 /* hidden from cffi: pg_batch_step_l fills */
+    pg_node *const *params;     /* hidden from cffi: these two from a node list */
     double lr, momentum, beta1, beta2, eps, weight_decay, bias1, bias2;
     double *s1;
     size_t ns1;
@@ -279,12 +279,6 @@ typedef struct pg_optimizer {
     size_t ns2;
     double *steps;
 } pg_optimizer;
-/* One training step in one call: the optimizer's parameters' grads set to
- * 0, pg_batch_run with the weights w, then the optimizer's step: the same
- * bits as the three calls.  PG_E_ARG (nothing changed) for no program, no
- * w, an unknown kind or state arrays shorter than n; PG_E_NOMEM. */
-int32_t pg_batch_step(pg_batch *b, const double *rows, size_t n, double *out, const double *w,
-                      uint32_t threads, const pg_optimizer *opt);
 uint32_t pg_batch_slots(const pg_batch *b);
 /* How many whole layers run as one unit each (batch.c, layer.c); -1 in a
  * build without the layer kernels (a compiler without vector extensions). */
@@ -296,6 +290,14 @@ void pg_batch_clear(pg_batch *b);
 uint32_t pg_node_size(void);
 
 /* cdef-end */
+
+/* One training step in one call: the optimizer's parameters' grads set to
+ * 0, pg_batch_run with the weights w, then the optimizer's step: the same
+ * bits as the three calls.  PG_E_ARG (nothing changed) for no program, no
+ * w, an unknown kind or state arrays shorter than n; PG_E_NOMEM.  (Python
+ * calls pg_batch_step_l, which fills opt's params from a node list.) */
+int32_t pg_batch_step(pg_batch *b, const double *rows, size_t n, double *out, const double *w,
+                      uint32_t threads, const pg_optimizer *opt);
 
 /* backward.c: pygrad.grad's numbers, every grad left as it was (not in the
  * cdef: the binding's pg_grad_numbers_l calls it with node lists). */

@@ -25,6 +25,11 @@ uint32_t pg_fail_alloc_pending(void);
  * many wait now. */
 void pg_hold_workers(int hold);
 uint32_t pg_held_workers(void);
+/* With hold 1, the calling thread takes the sweep lock (csrc/backward.c),
+ * as a long walk would; 0 lets it go (from the same thread).
+ * pg_sweep_lock_waits counts the tries that found it taken since. */
+void pg_test_hold_sweep_lock(int hold);
+uint32_t pg_sweep_lock_waits(void);
 /* cdef-end */
 
 /* For the core: does this allocation fail? */

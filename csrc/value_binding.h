@@ -28,21 +28,31 @@
  *     acyclic batch of Values in one call (grad(create_graph=True), a
  *     trace), it pauses the collector for that call: for speed only.
  *  4. Freeing is reference counting, without recursion.  A node object's
- *     references are let go through a per-thread list, so a chain of any
- *     length frees in constant stack.  Nothing reads a reference count.
+ *     references are let go through a per-thread list, and a Value's (its
+ *     operands) through CPython's trashcan, which bounds every Python
+ *     subclass's dealloc: a chain of any length frees in constant stack.
+ *     Nothing reads a reference count.
  *  5. Whatever C reads is held by a reference while it reads it.  A call's
  *     arguments (passed by id()) are held by its caller for the call; a
  *     call that lets the GIL go takes its own reference to the node object
  *     or node list it walks; a sweep, program or batch, which keeps node
- *     pointers between calls, holds their node object (its `hold`) until
- *     it is released.
+ *     pointers between calls, holds what they lie in (its `hold`: a node
+ *     object or node lists) until it is released.  So a node's address,
+ *     which Python uses as its identity (a dict key), names one node while
+ *     whoever keyed it holds the Value.
  *  6. A lock guards state that threads share, and is held only while C
  *     (or pygrad's own bookkeeping) runs, never across user code.  The
- *     sweep lock (csrc/backward.c) serialises walks; a waiter waits
- *     without the GIL and tries again every 50 ms, so signals run; fork()
- *     takes it around itself, so the child starts with it free.  A
- *     Program's lock (pygrad/replay.py) is the same rule for its buffers,
- *     made anew in a forked child.
+ *     GIL guards node objects and reference counts (pygrad refuses
+ *     free-threaded builds and a second interpreter).  The sweep lock
+ *     (csrc/backward.c) serialises walks: a waiter waits in tries of tens
+ *     of milliseconds, between which Python runs signals; fork() takes it
+ *     around itself, so the child starts with it free.  A Program's and a
+ *     PerLength's CallLock (pygrad/replay.py) is the same rule for their
+ *     buffers: made anew in a forked child, and a RuntimeError, not a
+ *     wait, when the thread that holds it calls again.  (The one
+ *     exception: a PerLength's is held over its optimizer's zero_grad and
+ *     step, which may run an lr schedule, so that two threads' steps are
+ *     serial; its loss function runs with no lock held.)
  *
  * Python calls these with the GIL held (cffi keeps it for them) and
  * passes objects by id(), which is their address in CPython (pygrad
@@ -1114,18 +1124,6 @@ static int32_t pg_pack_v(uintptr_t values, uintptr_t out) {
     return 0;
 }
 
-/* The node pointers of node list `list`, for a C call while the caller
- * holds the list; NULL for what is no node list. */
-static pg_node *const *pg_list_nodes(uintptr_t list) {
-    pg_listobj *l = as_list((PyObject *)list);
-    return l != NULL ? list_nodes(l) : NULL;
-}
-
-static uint32_t pg_list_size(uintptr_t list) {
-    pg_listobj *l = as_list((PyObject *)list);
-    return l != NULL ? l->n : 0;
-}
-
 /* -- reading a Value's node (drawing, _prev, _op) --------------------------- */
 
 /* The node's address as a number, for identity (0: no node). */
@@ -1407,6 +1405,12 @@ static int pg_sweep_value(pg_sweep *s, uintptr_t out) {
     return 1;
 }
 
+/* The address of the node whose closure a sweep waits for, as a number
+ * (for identity: pg_node_addr's), or 0. */
+static uintptr_t pg_sweep_node_addr(const pg_sweep *s) {
+    return s != NULL ? (uintptr_t)s->py : 0;
+}
+
 /* Test hook: pg_zero_hidden on Value v's node. */
 static void pg_zero_hidden_v(uintptr_t value) {
     pg_node *n = value_node((PyObject *)value);
@@ -1466,36 +1470,68 @@ static int32_t pg_backward_v(uintptr_t root, pg_sweep *sweep) {
     return rc;
 }
 
+/* The node a compile refused, told as bad[0] its address (for identity:
+ * pg_node_addr's number) and bad[1] its op; 0, 0 for none.  No node
+ * pointer reaches Python. */
+static void tell_bad(const pg_node *found, uintptr_t *bad) {
+    bad[0] = (uintptr_t)found;
+    bad[1] = found != NULL ? found->op : 0;
+}
+
 /* pg_compile from Value root (the caller holds it while the program lives);
  * the walk's wait is for C only (csrc/backward.c's lock). */
-static int32_t pg_compile_v(uintptr_t root, pg_program *p, pg_node **bad) {
+static int32_t pg_compile_v(uintptr_t root, pg_program *p, uintptr_t *bad) {
     pg_valueobj *v = as_value((PyObject *)root);
-    if (v == NULL || v->node == NULL) return PG_E_ARG;
+    if (v == NULL || v->node == NULL || bad == NULL) return PG_E_ARG;
     PyObject *owner = (PyObject *)v->owner;
     Py_INCREF(owner);
     if (p != NULL) take_hold(&p->hold, owner);
+    pg_node *found = NULL;
     PyThreadState *save = PyEval_SaveThread();
-    int32_t rc = pg_compile(v->node, p, bad);
+    int32_t rc = pg_compile(v->node, p, &found);
     PyEval_RestoreThread(save);
     Py_DECREF(owner);
+    tell_bad(found, bad);
+    return rc;
+}
+
+/* pg_batch_step over the optimizer opt with its parameters the nodes of
+ * node list params, held for the call (opt's own params and n are not
+ * read): no node pointer reaches Python.  PG_E_ARG for no node list. */
+static int32_t pg_batch_step_l(pg_batch *b, const double *rows, size_t n, double *out,
+                               const double *w, uint32_t threads, const pg_optimizer *opt,
+                               uintptr_t params) {
+    pg_listobj *l = as_list((PyObject *)params);
+    if (l == NULL || opt == NULL) return PG_E_ARG;
+    pg_optimizer o = *opt;
+    o.params = list_nodes(l);
+    o.n = l->n;
+    Py_INCREF(l);
+    PyThreadState *save = PyEval_SaveThread();
+    int32_t rc = pg_batch_step(b, rows, n, out, w, threads, &o);
+    PyEval_RestoreThread(save);
+    Py_DECREF(l);
     return rc;
 }
 
 /* pg_batch_compile over node lists outputs and inputs (the batch holds
  * them till its release). */
 static int32_t pg_batch_compile_v(uintptr_t outputs, uintptr_t inputs, pg_batch *b,
-                                  pg_node **bad) {
+                                  uintptr_t *bad) {
     pg_listobj *o = as_list((PyObject *)outputs), *i = as_list((PyObject *)inputs);
-    if (o == NULL || i == NULL || b == NULL || b->hold != NULL) return PG_E_ARG;
+    if (o == NULL || i == NULL || b == NULL || b->hold != NULL || bad == NULL) return PG_E_ARG;
     PyObject *both = PyTuple_Pack(2, (PyObject *)o, (PyObject *)i);
     if (both == NULL) {
         PyErr_Clear();
         return PG_E_NOMEM;
     }
     b->hold = both;
+    pg_node *found = NULL;
     PyThreadState *save = PyEval_SaveThread();
-    int32_t rc = pg_batch_compile(list_nodes(o), o->n, list_nodes(i), i->n, b, bad);
+    int32_t rc = pg_batch_compile(list_nodes(o), o->n, list_nodes(i), i->n, b, &found);
     PyEval_RestoreThread(save);
+    if (rc == PG_E_BUSY) let_go(&b->hold);          /* (nothing made: Python tries again) */
+    tell_bad(found, bad);
     return rc;
 }
 

@@ -10,7 +10,8 @@ A backend holds the engine's Value class and fused ops, the bulk operations
 over a list of its Values (fill, gather and scatter of data and grads, the
 optimizer steps), and the hooks that build fused layers and custom-op
 nodes.  On the C engine each bulk operation is one C call over the Values'
-nodes (their pointers, packed with the keeps that hold them); the reference backend's are plain Python loops over ``.data`` and
+nodes (a node list of pygrad's own, which holds them: pygrad/_lifetime.py);
+the reference backend's are plain Python loops over ``.data`` and
 ``.grad``, written once here, so they also serve micrograd's Values.
 """
 from __future__ import annotations
@@ -217,11 +218,9 @@ class _CBackend(Backend):
     def fused_optimizer(self, kind: str, packed: Any, steps: Any) -> "tuple[Any, tuple]":
         f: Any = ffi.new("pg_optimizer *")   # Any: the stub's cdata has no fields
         f.kind = lib.PG_OPT_SGD if kind == "sgd" else lib.PG_OPT_ADAM
-        nodes = packed.nodes
-        f.n = lib.pg_list_size(id(nodes))
-        f.params = lib.pg_list_nodes(id(nodes))
         f.steps = steps
-        return f, (nodes, steps)
+        # (its parameters: packed's node list, which pg_batch_step_l reads)
+        return f, (packed.nodes, steps)
 
     def buffer(self, arr: np.ndarray) -> Any:
         return ffi.from_buffer("double[]", arr)

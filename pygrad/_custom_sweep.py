@@ -51,7 +51,7 @@ def record_backward(root: Value) -> int:
             else:       # a C node whose _backward was set later: find its Value
                 if below is None:
                     below = values_below(root)
-                v = below.get(int(ffi.cast("uintptr_t", sweep.py)))
+                v = below.get(lib.pg_sweep_node_addr(sweep))
             if not isinstance(v, Value):
                 raise RuntimeError("pygrad: a custom op's _backward is gone (its Value was "
                                    "cleared while its node lived on): keep the Value, as "

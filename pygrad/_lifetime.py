@@ -23,18 +23,26 @@ is one rule; the forms it takes are listed under it.
    (``grad(create_graph=True)``, a trace), it pauses the collector for
    that call: for speed only.
 4. **Freeing is reference counting, without recursion**: a node object's
-   references are let go through a per-thread list, so a chain of any
-   length frees in constant stack.  Nothing reads a reference count.
+   references are let go through a per-thread list, and a Value's through
+   CPython's trashcan, so a chain of any length frees in constant stack.
+   Nothing reads a reference count.
 5. **Whatever C reads is held by a reference while it reads it.**  A
    call's arguments (passed by ``id()``) are held by its caller for the
    call; a call that lets the GIL go takes its own reference to the node
    object or node list it walks; a sweep, program or batch, which keeps
-   node pointers between calls, holds their node object until released.
+   node pointers between calls, holds what they lie in until released.
+   So a node's address, Python's key for its identity, names one node
+   while whoever keyed it holds the Value.
 6. **A lock guards state that threads share, held only while C (or
-   pygrad's own bookkeeping) runs, never across user code**: the sweep
-   lock (waited for without the GIL, retried every 50 ms so signals run,
-   taken around ``fork()``), and each Program's lock (made anew in a
-   forked child).
+   pygrad's own bookkeeping) runs, never across user code**: the GIL
+   (node objects and reference counts: free-threaded builds and second
+   interpreters are refused), the sweep lock (waited for in tries of tens
+   of milliseconds, between which signals run; taken around ``fork()``),
+   and each Program's and PerLength's ``CallLock`` (made anew in a forked
+   child; a RuntimeError when the holding thread calls again).  The one
+   exception: a PerLength's is held over its optimizer's ``zero_grad`` and
+   ``step`` (an lr schedule may run there), so that two threads' steps are
+   serial; its loss function runs with no lock held.
 
 Bulk calls (optimizers, ``Program``, fused layers) take a *node list*
 (``pack``): the nodes of many Values, held by an object of pygrad's own
@@ -50,9 +58,8 @@ __all__ = ["Packed", "pack", "check", "bulk"]
 class Packed:
     """The nodes of many Values for bulk C calls (reads and writes,
     optimizer steps, fused layers' parameters): ``nodes`` is a node list,
-    which C reads.  Its node pointers reach Python in one place: the fused
-    optimizer's struct (pygrad/_backend.py), made for one step and held
-    with the list (docs/lifetime.md, "What is still open")."""
+    which C reads; its node pointers never reach Python (a fused step's
+    optimizer gets them in C: ``pg_batch_step_l``)."""
 
     __slots__ = ("nodes", "n")
     nodes: Any

@@ -136,10 +136,24 @@ class Optimizer:
 
     def step(self) -> None:
         """Update every parameter from its grad."""
+        self._step_at(self.current_lr())
+
+    def _step_at(self, lr: float) -> None:
+        """``step()`` at learning rate ``lr`` (read by the caller: a
+        schedule may call back into what holds a lock around this)."""
         before = self._steps[0]
-        self._step(self.current_lr())
+        self._step(lr)
         if self._steps[0] == before:       # a subclass's own _step, which does not count
             self._steps[0] = before + 1.0
+
+    def _steps_are_pygrads(self) -> bool:
+        """Whether ``zero_grad()`` and ``step()`` run only pygrad's own code
+        (SGD's or Adam's), the lr schedule aside: a caller may run them
+        under its lock, having read the lr first."""
+        cls = type(self)
+        own = SGD._step if isinstance(self, SGD) else Adam._step if isinstance(self, Adam) else None
+        return (cls.step is Optimizer.step and cls.zero_grad is Optimizer.zero_grad
+                and cls._step_at is Optimizer._step_at and cls._step is own)
 
     def _step(self, lr: float) -> None:
         raise NotImplementedError

@@ -95,11 +95,40 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_remake_locks_in_child)
 
 
+class CallLock:
+    """The lock held while a C call runs over an object's own buffers
+    (a Program's, a PerLength's): made anew in a forked child (whose copy
+    may be held by a thread it does not have), and a RuntimeError, not a
+    wait, when the holding thread calls again (a signal handler, or a
+    callback run during the call)."""
+
+    __slots__ = ("_lock", "_forks", "_busy")
+
+    def __init__(self, busy: str) -> None:
+        self._lock = threading.RLock()
+        self._forks = _forks[0]
+        self._busy = busy
+
+    def free(self) -> Any:
+        """The lock, to hold with ``with`` (see the class)."""
+        if self._forks != _forks[0]:
+            with _remaking:         # a forked child: a new lock, made once
+                if self._forks != _forks[0]:
+                    self._lock = threading.RLock()
+                    self._forks = _forks[0]
+        lock: Any = self._lock          # Any: the stubs' RLock has no _is_owned
+        # Only this thread can make this true: a handler that runs after
+        # the check and calls again takes the lock and frees it again.
+        if lock._is_owned():
+            raise RuntimeError(self._busy)
+        return lock
+
+
 class Program:
     """A compiled graph: ``forward()``, ``backward()``, ``output``, and
     ``map()`` over rows of inputs (see ``compile``)."""
 
-    __slots__ = ("_output", "_outputs", "_inputs", "_program", "_batch", "_lock", "_lock_forks",
+    __slots__ = ("_output", "_outputs", "_inputs", "_program", "_batch", "_lock",
                  "_n", "_threads", "__weakref__")
 
     def __init__(self, output: Union[Scalar, Iterable[Scalar]],
@@ -115,16 +144,21 @@ class Program:
         self._program: Any = None
         self._batch: Any = None
         self._inputs: Optional[Tuple[Value, ...]] = None
-        self._lock = threading.RLock()
-        self._lock_forks = _forks[0]
+        self._lock = CallLock(
+            "Program is busy in this thread: a signal handler or callback called it while it "
+            "runs (map or train_step), which would wait for itself forever. Call it after the "
+            "running call returns (e.g. have the handler set a flag), or use another Program "
+            "compiled from the same graph")
         self._threads: Optional[int] = None
         if single is not None:
             # Made empty and released in C (ffi.gc) first: nothing is lost
             # whatever interrupts this.
             program = ffi.gc(ffi.new("pg_program *"), lib.pg_program_release)
-            bad = ffi.new("pg_node **")
+            bad = ffi.new("uintptr_t[2]")
             rc = lib.pg_compile_v(id(single), program, bad)
-            check_compile(rc, bad[0], self._outputs)
+            while rc == lib.PG_E_BUSY:  # another thread walks: signals run between tries
+                rc = lib.pg_compile_v(id(single), program, bad)
+            check_compile(rc, bad, self._outputs)
             self._program = program
             self._n = lib.pg_program_size(program)
         if inputs is not None:
@@ -144,10 +178,12 @@ class Program:
                 raise ValueError(f"compile's inputs name the same Value twice: {v!r}")
             seen.add(id(v))
         batch = ffi.gc(ffi.new("pg_batch *"), lib.pg_batch_release)
-        bad = ffi.new("pg_node **")
+        bad = ffi.new("uintptr_t[2]")
         out_nodes, in_nodes = pack(self._outputs).nodes, pack(inputs).nodes
         rc = lib.pg_batch_compile_v(id(out_nodes), id(in_nodes), batch, bad)
-        check_compile(rc, bad[0], self._outputs)
+        while rc == lib.PG_E_BUSY:      # another thread walks: signals run between tries
+            rc = lib.pg_batch_compile_v(id(out_nodes), id(in_nodes), batch, bad)
+        check_compile(rc, bad, self._outputs)
         if _ndarray is None:
             _numpy_types()
         self._inputs = inputs
@@ -213,24 +249,8 @@ class Program:
         return max(1, min(cpus, (n * self._n) >> _WORK_BITS))
 
     def _free_lock(self) -> Any:
-        """The lock that map and train_step hold while they run; a
-        RuntimeError if this thread holds it already (a signal handler, or
-        other code run while the call runs, calling the Program again)."""
-        if self._lock_forks != _forks[0]:
-            with _remaking:         # a forked child: a new lock, made once
-                if self._lock_forks != _forks[0]:
-                    self._lock = threading.RLock()
-                    self._lock_forks = _forks[0]
-        lock: Any = self._lock          # Any: the stubs' RLock has no _is_owned
-        # Only this thread can make this true: a handler that runs after
-        # the check and calls the Program takes the lock and frees it again.
-        if lock._is_owned():
-            raise RuntimeError(
-                "Program is busy in this thread: a signal handler or callback called it while "
-                "it runs (map or train_step), which would wait for itself forever. Call it "
-                "after the running call returns (e.g. have the handler set a flag), or use "
-                "another Program compiled from the same graph")
-        return lock
+        """The lock that map and train_step hold while they run (CallLock)."""
+        return self._lock.free()
 
     def _rows(self, rows: Any, grad: Any, what: str) -> Tuple[Any, Any, int]:
         """rows and grad as contiguous float64 arrays of the right shapes."""
@@ -315,9 +335,11 @@ class Program:
                 # fused points into what `held` holds: the optimizer's state
                 # as it is now, whatever another thread sets meanwhile
                 fused, held = fill(lr)
-                rc = lib.pg_batch_step(self._batch, ffi.from_buffer("double[]", data), n,
-                                       ffi.from_buffer("double[]", out),
-                                       ffi.from_buffer("double[]", w), threads, fused)
+                nodes = optimizer._packed.nodes      # its parameters (held by a name)
+                rc = lib.pg_batch_step_l(self._batch, ffi.from_buffer("double[]", data), n,
+                                         ffi.from_buffer("double[]", out),
+                                         ffi.from_buffer("double[]", w), threads, fused,
+                                         id(nodes))
                 del held
             break
         if rc < 0:
@@ -369,19 +391,20 @@ def _run_failed(rc: int, what: str) -> None:
 
 
 def check_compile(rc: int, bad: Any, outputs: Tuple[Value, ...]) -> None:
+    """The error a compile's rc means; ``bad`` is the refused node's
+    address (a number, for identity) and op, or 0, 0."""
     if rc == lib.PG_E_NOMEM:
         raise MemoryError("pygrad: out of memory compiling the graph")
     if rc < 0:
-        if bad != ffi.NULL:
-            raise ValueError(f"cannot compile: {_describe(bad, outputs)}")
+        if bad[0]:
+            raise ValueError(f"cannot compile: {_describe(bad[0], bad[1], outputs)}")
         raise ValueError("cannot compile: an input is not a node")
 
 
-def _describe(node: Any, outputs: Tuple[Value, ...]) -> str:
-    op = lib.pg_op(node)
+def _describe(node: int, op: int, outputs: Tuple[Value, ...]) -> str:
     v = None
     for out in outputs:
-        v = find_below(out, int(ffi.cast("uintptr_t", node)))
+        v = find_below(out, node)
         if v is not None:
             break
     name = _node_name(v)

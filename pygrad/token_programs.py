@@ -30,7 +30,6 @@ The programs hold C nodes only (no Python Value), so the collector never
 walks them.  Each step runs in C: forward, backward, and the optimizer's
 step (``optim.Adam``/``SGD``, with an lr schedule as a callable).
 """
-import threading
 from typing import Any, Callable, Dict, List, Sequence, Union
 
 from ._core import ffi, lib
@@ -38,7 +37,7 @@ from ._lifetime import Packed, pack
 from ._node_factory import make_leaves
 from .engine import Value
 from .functional import detached_max, dot
-from .replay import check_compile
+from .replay import CallLock, check_compile
 
 __all__ = ["Token", "embed", "pick", "detached_max", "per_length", "PerLength"]
 
@@ -142,7 +141,12 @@ class PerLength:
         self._programs: Dict[int, _Compiled] = {}
         # One run at a time: a program's C arrays are its own, and the
         # runs let the GIL go (another thread's step would share them).
-        self._lock = threading.RLock()
+        # Held over C calls and the optimizer's own steps, never over the
+        # loss function (traced before it is taken).
+        self._lock = CallLock(
+            "this per_length is busy in this thread: a signal handler or callback (an lr "
+            "schedule) called it while it runs, which would wait for itself forever. Call it "
+            "after the running call returns (e.g. have the handler set a flag)")
 
     @property
     def lengths(self) -> List[int]:
@@ -160,10 +164,12 @@ class PerLength:
         return out
 
     def _compiled(self, n: int) -> _Compiled:
+        """The program for n tokens, traced (the user's loss function runs)
+        with no lock held; two threads tracing one length keep the first."""
         c = self._programs.get(n)
         if c is None:
             # Traced, compiled and its Values dropped in one call_tracing
-            c = self._programs[n] = _call_tracing(self._trace, n)
+            c = self._programs.setdefault(n, _call_tracing(self._trace, n))
         return c
 
     def _trace(self, n: int) -> _Compiled:
@@ -177,10 +183,12 @@ class PerLength:
             raise TypeError(f"per_length: the loss function must return a pygrad.Value, not "
                             f"{type(loss).__name__}")
         program = ffi.gc(ffi.new("pg_program *"), lib.pg_program_release)
-        bad = ffi.new("pg_node **")
+        bad = ffi.new("uintptr_t[2]")
         rc = lib.pg_compile_v(id(loss), program, bad)
+        while rc == lib.PG_E_BUSY:      # another thread walks: signals run between tries
+            rc = lib.pg_compile_v(id(loss), program, bad)
         if rc:
-            check_compile(rc, bad[0], (loss,))
+            check_compile(rc, bad, (loss,))
         inputs = pack(leaves)
         nodes = inputs.nodes         # (held by a name for the call)
         foreign = lib.pg_program_foreign_inputs_l(program, id(nodes))
@@ -200,8 +208,8 @@ class PerLength:
     def loss(self, ids: Sequence[int]) -> float:
         """The loss of one sequence of token ids (forward only)."""
         ids = self._ids(ids)
-        with self._lock:
-            c = self._compiled(len(ids))
+        c = self._compiled(len(ids))
+        with self._lock.free():
             c.set_tokens(ids)
             return lib.pg_program_forward(c.program)
 
@@ -211,15 +219,33 @@ class PerLength:
         if self.optimizer is None:
             raise TypeError("per_length was made without an optimizer: pass one to step()")
         ids = self._ids(ids)
-        with self._lock:
-            c = self._compiled(len(ids))
-            opt = self.optimizer
-            c.set_tokens(ids)
+        c = self._compiled(len(ids))
+        opt = self.optimizer
+        steps_are_pygrads = getattr(opt, "_steps_are_pygrads", None)
+        if steps_are_pygrads is None or not steps_are_pygrads():
+            # Your own optimizer's code runs with no lock held (two threads'
+            # steps may then interleave between these calls).
             opt.zero_grad()
-            loss = lib.pg_program_forward(c.program)
-            lib.pg_program_backward(c.program)
+            with self._lock.free():
+                c.set_tokens(ids)
+                loss = lib.pg_program_forward(c.program)
+                lib.pg_program_backward(c.program)
             opt.step()
             return loss
+        while True:
+            # SGD's or Adam's steps run under the lock, the lr read before
+            # it (a schedule may call this per_length); read again if
+            # another thread stepped meanwhile.
+            steps, lr = opt.steps, opt.current_lr()
+            with self._lock.free():
+                if opt.steps != steps:
+                    continue
+                c.set_tokens(ids)
+                opt.zero_grad()
+                loss = lib.pg_program_forward(c.program)
+                lib.pg_program_backward(c.program)
+                opt._step_at(lr)
+                return loss
 
     def __reduce__(self) -> Any:
         raise TypeError("a PerLength holds compiled C programs, which can't be pickled or "

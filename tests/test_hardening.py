@@ -38,8 +38,8 @@ class SignalAsCReturns:
         rc = self._lib.pg_batch_run(*args)
         signal.raise_signal(signal.SIGUSR1)
         return rc
-    def pg_batch_step(self, *args):
-        rc = self._lib.pg_batch_step(*args)
+    def pg_batch_step_l(self, *args):
+        rc = self._lib.pg_batch_step_l(*args)
         signal.raise_signal(signal.SIGUSR1)
         return rc
 
@@ -109,7 +109,7 @@ def test_another_thread_still_waits_for_the_lock():
     rows = np.linspace(-1, 1, 10).reshape(-1, 1)
     want = prog.map(rows)
     got = []
-    with prog._lock:                            # as a map running in this thread
+    with prog._lock.free():                     # as a map running in this thread
         t = threading.Thread(target=lambda: got.append(prog.map(rows)))
         t.start()
         t.join(0.05)
@@ -278,7 +278,7 @@ def test_a_forked_child_can_use_a_program_whose_lock_was_held():
         x = Value(0.0)
         prog = pygrad.compile((x * 2).tanh(), inputs=[x])
         want = prog.map([[0.5]])[0]
-        with prog._lock:
+        with prog._lock.free():
             pid = os.fork()
             if pid == 0:
                 code = 1

@@ -466,3 +466,78 @@ def test_a_per_length_says_it_cant_be_pickled():
     for attempt in (pickle.dumps, copy.deepcopy):
         with pytest.raises(TypeError, match="can't be pickled"):
             attempt(train)
+
+
+# -- per_length's lock: held over C calls and the optimizer, never over the
+# -- loss function; a forked child and a re-entrant call neither hang
+
+def test_the_loss_function_runs_with_no_lock_held():
+    """A loss function that waits for another thread's call of the same
+    per_length (another length) finishes: tracing takes no lock."""
+    import threading
+    P, _, _, _ = compiled()
+    done = []
+
+    def loss(toks):
+        if len(toks) == 2 and not done:
+            t = threading.Thread(target=lambda: done.append(train.loss([1, 2, 3])))
+            t.start()
+            t.join(120)
+        return pygrad.pick(column(P, 0), toks[0]) * pygrad.pick(column(P, 1), toks[-1])
+
+    train = pygrad.per_length(loss, SHAPE.vocab)
+    assert train.loss([2, 3]) == P["out"][2][0].data * P["out"][3][1].data
+    assert done == [P["out"][1][0].data * P["out"][3][1].data]
+    assert train.lengths == [2, 3]
+
+
+@pytest.mark.parametrize("own", [False, True])
+def test_a_schedule_or_optimizer_that_calls_its_per_length_works(own):
+    """The lr schedule (SGD's) and your own optimizer's methods run with no
+    lock held: calling the same per_length from them neither hangs nor
+    raises."""
+    P, _, _, _ = compiled()
+    params = [v for row in P["out"] for v in row]
+    seen = []
+
+    def schedule(step):
+        seen.append(train.loss([1, 2]))
+        return 0.01
+
+    class Mine(pygrad.optim.SGD):
+        def step(self):
+            seen.append(train.loss([1, 2]))
+            super().step()
+
+    opt = (Mine if own else pygrad.optim.SGD)(params, lr=0.01 if own else schedule)
+    train = pygrad.per_length(lambda toks: pygrad.pick(column(P, 0), toks[0]) * 1.0,
+                              SHAPE.vocab, opt)
+    before = P["out"][2][0].data
+    assert train.step([2, 5]) == before
+    assert seen == [P["out"][1][0].data] and P["out"][2][0].data == before - 0.01
+    now = P["out"][2][0].data
+    assert train.step([2, 5]) == now and P["out"][2][0].data == now - 0.01   # it goes on
+    assert opt.steps == 2
+
+
+def test_a_forked_child_uses_a_per_length_whose_lock_was_held():
+    from helpers import run_python
+    out = run_python("""
+        import os
+        import pygrad
+        from pygrad import Value
+        P = [Value(0.5 + i) for i in range(4)]
+        train = pygrad.per_length(lambda toks: pygrad.pick(P, toks[0]) * 2.0, 4)
+        want = train.loss([3])
+        with train._lock.free():          # as a step running in another thread
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    code = 0 if train.loss([3]) == want else 2
+                finally:
+                    os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        print(os.WEXITSTATUS(status))
+    """)
+    assert out.strip().splitlines()[-1] == "0"

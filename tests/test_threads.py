@@ -14,6 +14,7 @@ import gc
 import pytest
 
 from pygrad import Value
+from pygrad._core import lib
 
 from training import TIERS, moons_model, train_moons
 
@@ -216,3 +217,82 @@ def test_a_big_graph_dies_while_another_thread_builds(frequent_thread_switches):
     gc.collect()
     assert internals.live_nodes() == before
 
+
+
+# -- a wait for the sweep lock is one Ctrl-C can end -------------------------
+
+def _calls_that_walk():
+    import numpy as np
+    import pygrad
+
+    def graph():
+        x = Value(0.5)
+        return x, (x * 2.0).tanh()
+
+    def backward():
+        x, y = graph()
+        y.backward()
+        return x.grad
+
+    def grad():
+        x, y = graph()
+        return pygrad.grad(y, [x])[0].data
+
+    def hvp():
+        x, _ = graph()
+        return pygrad.hvp(lambda v: (v * 2.0).tanh(), [x], [1.0])[0]
+
+    def compile_one():
+        _, y = graph()
+        return pygrad.compile(y).forward()
+
+    def compile_rows():
+        x, y = graph()
+        return float(pygrad.compile(y, inputs=[x]).map(np.array([[0.5]]))[0])
+
+    def per_length():
+        w = [Value(0.5), Value(1.5)]
+        return pygrad.per_length(lambda toks: pygrad.pick(w, toks[0]) * 2.0, 2).loss([1])
+
+    return {f.__name__: f for f in (backward, grad, hvp, compile_one, compile_rows, per_length)}
+
+
+@pytest.mark.skipif(not hasattr(lib, "pg_test_hold_sweep_lock"),
+                    reason="needs a test build's hooks (PYGRAD_TEST_HOOKS=1: .ci/sanitize)")
+@pytest.mark.parametrize("name", sorted(_calls_that_walk()))
+def test_a_ctrl_c_ends_a_wait_for_the_sweep_lock(name):
+    """Another thread holds the sweep lock (as a long walk would).  This
+    thread's call waits for it in tries, between which Python runs signals:
+    a SIGINT sent once a try found the lock taken ends the call with
+    KeyboardInterrupt, and the same call works once the lock is free."""
+    import signal
+    import time
+    call = _calls_that_walk()[name]
+    want = call()
+    main, held, release, waited = threading.get_ident(), threading.Event(), threading.Event(), []
+
+    def holder():
+        lib.pg_test_hold_sweep_lock(1)          # (taken and freed by this thread)
+        held.set()
+        for _ in range(120_000):                # until the call has found it taken
+            if lib.pg_sweep_lock_waits() or release.is_set():
+                break
+            time.sleep(0.001)
+        if lib.pg_sweep_lock_waits():
+            waited.append(True)
+            signal.pthread_kill(main, signal.SIGINT)
+        release.wait(120)
+        lib.pg_test_hold_sweep_lock(0)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    try:
+        held.wait(60)
+        with pytest.raises(KeyboardInterrupt):
+            call()
+            time.sleep(5)        # (not reached: a call that did not wait fails the check below)
+    finally:
+        release.set()
+        t.join(60)
+    assert waited, f"{name} never tried the sweep lock while another thread held it"
+    assert call() == want

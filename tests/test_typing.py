@@ -275,7 +275,8 @@ def test_core_stub_names_what_the_compiled_core_has():
              for n in lib_class.body if isinstance(n, (ast.FunctionDef, ast.AnnAssign))}
     hooks = set(_build_script().test_hook_names())
     assert hooks == {"pg_fail_alloc", "pg_fail_alloc_pending",
-                     "pg_hold_workers", "pg_held_workers"}
+                     "pg_hold_workers", "pg_held_workers",
+                     "pg_test_hold_sweep_lock", "pg_sweep_lock_waits"}
     assert names == set(dir(lib)) | hooks
     assert hooks <= set(dir(lib)) or not hooks & set(dir(lib))
 
