@@ -49,10 +49,9 @@
  *     around itself, so the child starts with it free.  A Program's and a
  *     PerLength's CallLock (pygrad/replay.py) is the same rule for their
  *     buffers: made anew in a forked child, and a RuntimeError, not a
- *     wait, when the thread that holds it calls again.  (The one
- *     exception: a PerLength's is held over its optimizer's zero_grad and
- *     step, which may run an lr schedule, so that two threads' steps are
- *     serial; its loss function runs with no lock held.)
+ *     wait, when the thread that holds it calls again; what may call
+ *     back (an lr schedule, a loss function to trace, your own
+ *     optimizer's methods) runs before it is taken or after it is let go.
  *
  * Python calls these with the GIL held (cffi keeps it for them) and
  * passes objects by id(), which is their address in CPython (pygrad

@@ -39,10 +39,9 @@ is one rule; the forms it takes are listed under it.
    interpreters are refused), the sweep lock (waited for in tries of tens
    of milliseconds, between which signals run; taken around ``fork()``),
    and each Program's and PerLength's ``CallLock`` (made anew in a forked
-   child; a RuntimeError when the holding thread calls again).  The one
-   exception: a PerLength's is held over its optimizer's ``zero_grad`` and
-   ``step`` (an lr schedule may run there), so that two threads' steps are
-   serial; its loss function runs with no lock held.
+   child; a RuntimeError when the holding thread calls again).  What may
+   call back (an lr schedule, a loss function to trace, your own
+   optimizer's methods) runs before the lock is taken or after.
 
 Bulk calls (optimizers, ``Program``, fused layers) take a *node list*
 (``pack``): the nodes of many Values, held by an object of pygrad's own
