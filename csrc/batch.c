@@ -109,7 +109,7 @@ typedef struct batch {
     uint32_t *out_slot;       /* per output: its slot */
     size_t *out_xs;
     pg_node **shared_node;    /* per shared leaf: its node (nodes never move; the
-                               * program's Values keep them alive) */
+                               * batch's hold keeps them alive: value_binding.h) */
     double *shared_data;      /* per shared leaf: its data, read at each run */
     double *base;             /* per shared leaf: its grad at the start, then chunk 0's sum */
     double *partial;          /* PG_ROUND_CHUNKS x nshared: a round's other chunks' sums */

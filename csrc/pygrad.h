@@ -45,7 +45,7 @@ typedef struct pg_node {
         struct {
             uint32_t n;         /* an n-ary node's child count */
             uint32_t unused;
-            void *py;           /* CUSTOM: its Python handle (ffi.new_handle), or NULL */
+            void *py;           /* CUSTOM: its Value, not held (the Value clears it), or NULL */
         } list;
     } c;
     uint32_t mark;              /* visited, during a walk under the sweep lock */

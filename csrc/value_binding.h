@@ -6,13 +6,16 @@
  *
  * Lifetime, in six concepts (pygrad/_lifetime.py says the same for
  * Python; docs/lifetime.md links here).  Each is one rule; the forms it
- * takes are listed under it, and nothing else keeps, frees or guards a node.
- *  1. A node object owns what its nodes point to.  A node lives in a node
- *     object, pygrad's own type (_Node), which only this file makes:
- *     Python can't construct, read, write or resize one.  It holds its
- *     nodes inline (an n-ary node's child list and a Function's partials
- *     too) and a reference to every node object (or node list) they point
- *     to.  So whatever holds a node object holds all that C can reach.
+ * takes are listed under it.
+ *  1. A node object owns what its nodes point to, and a node's structure
+ *     is fixed.  A node lives in a node object, pygrad's own type (_Node),
+ *     which only this file makes: Python can't construct, read, write or
+ *     resize one.  It holds its nodes inline (an n-ary node's child list
+ *     and a Function's partials too) and a reference to every node object
+ *     or node list they point to, so whatever holds a node object holds
+ *     all that C can reach.  A node's op and children are written once,
+ *     as it is made: any thread may read them without a lock; only its
+ *     walk mark (sweep lock), flags (GIL) and numbers change later.
  *  2. A Value holds its node and its operands.  Its C base (_ValueBase)
  *     has the node object and the node's place in it, written once by C
  *     when the Value is made and changed by nothing Python does until the
@@ -22,36 +25,48 @@
  *     sweep that runs its closure), holds nothing: the Value clears it as
  *     it goes.
  *  3. The collector sees every Value and no node object.  Node objects
- *     refer only to older node objects, so they form no cycle and are not
- *     tracked; Values are ordinary tracked objects, their operands, cache
- *     and attributes visited and cleared.  Where pygrad itself makes a big
- *     acyclic batch of Values in one call (grad(create_graph=True), a
- *     trace), it pauses the collector for that call: for speed only.
- *  4. Freeing is reference counting, without recursion.  A node object's
- *     references are let go through a per-thread list, and a Value's (its
- *     operands) through CPython's trashcan, which bounds every Python
- *     subclass's dealloc: a chain of any length frees in constant stack.
- *     Nothing reads a reference count.
+ *     refer only to older node objects and node lists, so they form no
+ *     cycle and are not tracked; Values are ordinary tracked objects,
+ *     their operands, cache and attributes visited and cleared, and their
+ *     cycles collected as any: a user's closure, or a fused model's table
+ *     of the Values _prev makes for its hidden nodes, which point back to
+ *     it.  Where pygrad itself makes a big acyclic batch of Values in one
+ *     call (grad(create_graph=True), a trace), it pauses the (process's)
+ *     collector for that call: for speed only.
+ *  4. Freeing is reference counting, without recursion, and runs no
+ *     Python.  A node object's references are let go through a per-thread
+ *     list, and a Value's (its operands) through CPython's trashcan, which
+ *     bounds every Python subclass's dealloc: a chain of any length frees
+ *     in constant stack.  Sweeps, programs and batches are released by C
+ *     (ffi.gc), with no finalizer or weak registry.  Nothing reads a
+ *     reference count.
  *  5. Whatever C reads is held by a reference while it reads it.  A call's
  *     arguments (passed by id()) are held by its caller for the call; a
- *     call that lets the GIL go takes its own reference to the node object
- *     or node list it walks; a sweep, program or batch, which keeps node
- *     pointers between calls, holds what they lie in (its `hold`: a node
- *     object or node lists) until it is released.  So a node's address,
- *     which Python uses as its identity (a dict key), names one node while
- *     whoever keyed it holds the Value.
- *  6. A lock guards state that threads share, and is held only while C
- *     (or pygrad's own bookkeeping) runs, never across user code.  The
- *     GIL guards node objects and reference counts (pygrad refuses
- *     free-threaded builds and a second interpreter).  The sweep lock
- *     (csrc/backward.c) serialises walks: a waiter waits in tries of tens
- *     of milliseconds, between which Python runs signals; fork() takes it
+ *     call that lets the GIL go reads only what a reference holds for it:
+ *     its own (this file's calls take one) or the `hold` of its sweep,
+ *     program or batch, which keeps what their node pointers lie in (a
+ *     node object or node lists) from the call that fills them until they
+ *     are released.  C's own worker threads (batch.c), which may outlive
+ *     the call, touch only their job record, freed by the last one out.
+ *     So a node's address, which Python uses as its identity (a dict
+ *     key), names one node while whoever keyed it holds the Value.
+ *  6. A lock guards what threads share, held only while C (or pygrad's
+ *     own bookkeeping) runs, never across user code.  The GIL guards node
+ *     objects, reference counts and flags: cffi's calls keep it (cffi's
+ *     default is to let it go: csrc/cffi_build.py turns that off) but
+ *     the long ones of its RELEASES_GIL; pygrad refuses free-threaded
+ *     builds and a second interpreter.  The sweep lock (csrc/backward.c)
+ *     guards walks' marks: a waiter waits in tries of tens of
+ *     milliseconds, between which Python runs signals; fork() takes it
  *     around itself, so the child starts with it free.  A Program's and a
- *     PerLength's CallLock (pygrad/replay.py) is the same rule for their
- *     buffers: made anew in a forked child, and a RuntimeError, not a
- *     wait, when the thread that holds it calls again; what may call
- *     back (an lr schedule, a loss function to trace, your own
- *     optimizer's methods) runs before it is taken or after it is let go.
+ *     PerLength's CallLock (pygrad/replay.py) guards their buffers in map,
+ *     train_step and per_length's calls: made anew in a forked child, and
+ *     a RuntimeError, not a wait, when the thread that holds it calls
+ *     again; what may call back (an lr schedule, a loss function to
+ *     trace, your own optimizer's methods) runs before it is taken or
+ *     after.  Unguarded by design: a node's numbers (two threads writing
+ *     one race as floats do) and a Program's own forward() and backward()
+ *     (not to be run from two threads at once).
  *
  * Python calls these with the GIL held (cffi keeps it for them) and
  * passes objects by id(), which is their address in CPython (pygrad
@@ -225,6 +240,10 @@ static PyObject *no_node(void) {
  * below): any number read then, or written, would be baked into (or left
  * out of) every later run of the program. */
 static _Thread_local int tracing;
+/* How many threads trace now (under the GIL): a read checks the
+ * thread-local flag only when some thread does, because that look-up
+ * costs a call in a shared library and a .data read is a few ns. */
+static int tracers;
 
 static PyObject *traced_number(const char *which, int writing) {
     PyErr_Format(PyExc_ValueError,
@@ -238,7 +257,7 @@ static PyObject *traced_number(const char *which, int writing) {
 static PyObject *get_number(PyObject *self, void *which) {
     pg_node *n = ((pg_valueobj *)self)->node;
     if (n == NULL) return no_node();
-    if (tracing) return traced_number(which != NULL ? "grad" : "data", 0);
+    if (tracers && tracing) return traced_number(which != NULL ? "grad" : "data", 0);
     if (n->flags & PG_F_TRACED) {
         /* (a traced program's input, or made from one: pg_set_traced) */
         PyErr_Format(PyExc_ValueError,
@@ -254,7 +273,7 @@ static PyObject *get_number(PyObject *self, void *which) {
 
 static int set_number(PyObject *self, PyObject *x, void *which) {
     const char *name = which != NULL ? "grad" : "data";
-    if (tracing) {
+    if (tracers && tracing) {
         traced_number(name, 1);
         return -1;
     }
@@ -795,9 +814,13 @@ static PyObject *call_paused(PyObject *args, const char *name, int trace) {
     }
     Py_XDECREF(off);
     int outer = tracing;
-    if (trace) tracing = 1;
+    if (trace) {
+        tracing = 1;
+        tracers++;
+    }
     PyObject *r = PyObject_CallFunctionObjArgs(fn, arg, NULL);
     tracing = outer;
+    if (trace) tracers--;
     if (on == 1) {
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);           /* fn's error, if any, kept */

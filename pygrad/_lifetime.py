@@ -1,12 +1,14 @@
 """Node lifetime, in six concepts (csrc/value_binding.h, which implements
-them, states the same at its top; docs/lifetime.md links to both).  Each
-is one rule; the forms it takes are listed under it.
+them, states the same at more length at its top; docs/lifetime.md links to
+both).  Each is one rule; the forms it takes are listed under it.
 
-1. **A node object owns what its nodes point to.**  A node lives in a node
-   object, pygrad's own type, which only C makes: Python can't construct,
-   read, write or resize one.  It holds its node(s) inline and a reference
-   to every node object they point to, so whatever holds a node object
-   holds all that C can reach from it.
+1. **A node object owns what its nodes point to, and a node's structure
+   is fixed.**  A node lives in a node object, pygrad's own type, which
+   only C makes: Python can't construct, read, write or resize one.  It
+   holds its node(s) inline and a reference to every node object or node
+   list they point to, so whatever holds a node object holds all that C
+   can reach from it.  A node's op and children never change after it is
+   made (any thread may read them); its mark, flags and numbers do.
 2. **A Value holds its node and its operands.**  Its C base
    (``_ValueBase``) has the node object and the node's place in it,
    written once by C when the Value is made and changed by nothing Python
@@ -18,30 +20,39 @@ is one rule; the forms it takes are listed under it.
    goes.
 3. **The collector sees every Value and no node object.**  Node objects
    refer only to older node objects and node lists, so they form no cycle
-   and are not tracked; Values are ordinary collected objects.  Where
-   pygrad itself makes a big acyclic batch of Values in one call
-   (``grad(create_graph=True)``, a trace), it pauses the collector for
-   that call: for speed only.
-4. **Freeing is reference counting, without recursion**: a node object's
-   references are let go through a per-thread list, and a Value's through
-   CPython's trashcan, so a chain of any length frees in constant stack.
+   and are not tracked; Values are ordinary collected objects, and their
+   cycles (a user's closure; a fused model's table of the Values ``_prev``
+   makes for its hidden nodes) are collected as any.  Where pygrad itself
+   makes a big acyclic batch of Values in one call
+   (``grad(create_graph=True)``, a trace), it pauses the (process's)
+   collector for that call: for speed only.
+4. **Freeing is reference counting, without recursion, and runs no
+   Python**: a node object's references are let go through a per-thread
+   list, and a Value's through CPython's trashcan, so a chain of any
+   length frees in constant stack; sweeps, programs and batches are
+   released by C (``ffi.gc``), with no finalizer or weak registry.
    Nothing reads a reference count.
 5. **Whatever C reads is held by a reference while it reads it.**  A
    call's arguments (passed by ``id()``) are held by its caller for the
-   call; a call that lets the GIL go takes its own reference to the node
-   object or node list it walks; a sweep, program or batch, which keeps
-   node pointers between calls, holds what they lie in until released.
-   So a node's address, Python's key for its identity, names one node
-   while whoever keyed it holds the Value.
-6. **A lock guards state that threads share, held only while C (or
-   pygrad's own bookkeeping) runs, never across user code**: the GIL
-   (node objects and reference counts: free-threaded builds and second
-   interpreters are refused), the sweep lock (waited for in tries of tens
-   of milliseconds, between which signals run; taken around ``fork()``),
-   and each Program's and PerLength's ``CallLock`` (made anew in a forked
-   child; a RuntimeError when the holding thread calls again).  What may
-   call back (an lr schedule, a loss function to trace, your own
-   optimizer's methods) runs before the lock is taken or after.
+   call; a call that lets the GIL go reads only what a reference holds
+   for it (its own, or its sweep's, program's or batch's hold, from the
+   call that fills it until it is released); C's own worker threads,
+   which may outlive the call, touch only their job record.  So a node's
+   address, Python's key for its identity, names one node while whoever
+   keyed it holds the Value.
+6. **A lock guards what threads share, held only while C (or pygrad's
+   own bookkeeping) runs, never across user code**: the GIL (node
+   objects, reference counts and flags; cffi's calls keep it but those
+   csrc/cffi_build.py lists in ``RELEASES_GIL``; free-threaded builds and
+   second interpreters are refused), the sweep lock (walks' marks; waited
+   for in tries of tens of milliseconds, between which signals run; taken
+   around ``fork()``), and each Program's and PerLength's ``CallLock``
+   (their buffers; made anew in a forked child; a RuntimeError when the
+   holding thread calls again).  What may call back (an lr schedule, a
+   loss function to trace, your own optimizer's methods) runs before a
+   lock is taken or after.  Unguarded by design: a node's numbers (they
+   race as floats do) and a Program's own ``forward()``/``backward()``
+   (not from two threads at once).
 
 Bulk calls (optimizers, ``Program``, fused layers) take a *node list*
 (``pack``): the nodes of many Values, held by an object of pygrad's own
