@@ -27,6 +27,9 @@ tier on the same workloads:
              ``class Weight(Value): pass`` (weights) and
              ``class Bias(Value): pass`` (biases)
   sub/moons  moons_sub / moons, per process (the cost of the subclasses)
+  moons_nogc ms per step of the moons step with the cyclic collector off
+             (gc.disable()): the step less the collector's walks of its
+             tracked Values
   fused      ms per step of a moons task on pygrad.nn.MLP (fused layers,
              100 samples, hinge loss, optim.SGD)                [pygrad only]
   replay     ms per step of that graph compiled and replayed     [pygrad only]
@@ -221,6 +224,15 @@ timed(("moons",), (1e3,), moons_step, 5)
 timed(("moons_sub",), (1e3,), moons_step, 5, Weight, Bias)
 if "moons" in out and "moons_sub" in out:
     out["sub/moons"] = out["moons_sub"] / out["moons"]
+
+def collector_off(steps):
+    gc.disable()
+    try:
+        return moons_step(steps)
+    finally:
+        gc.enable()
+
+timed(("moons_nogc",), (1e3,), collector_off, 5)
 if engine != "micrograd":
     timed(("batched",), (1e6,), batched, 2000)
 print(json.dumps({"figures": out, "errors": errors, "file": where}))
@@ -229,6 +241,7 @@ print(json.dumps({"figures": out, "errors": errors, "file": where}))
 FIGURES: Tuple[Tuple[str, str], ...] = (
     ("dropped", "ns/op"), ("forward", "ns/op"), ("backward", "ns/node"), ("free", "ns/node"),
     ("value", "ns/leaf"), ("moons", "ms/step"), ("moons_sub", "ms/step"), ("sub/moons", "ratio"),
+    ("moons_nogc", "ms/step"),
     ("fused", "ms/step"), ("replay", "ms/step"), ("batched", "µs/step"))
 NAN = float("nan")
 
