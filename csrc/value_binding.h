@@ -59,14 +59,14 @@
  *     guards walks' marks: a waiter waits in tries of tens of
  *     milliseconds, between which Python runs signals; fork() takes it
  *     around itself, so the child starts with it free.  A Program's and a
- *     PerLength's CallLock (pygrad/replay.py) guards their buffers in map,
- *     train_step and per_length's calls: made anew in a forked child, and
+ *     PerLength's CallLock (pygrad/replay.py) guards their buffers in
+ *     every run (forward, backward, map, train_step, per_length's calls):
+ *     made anew in a forked child, and
  *     a RuntimeError, not a wait, when the thread that holds it calls
  *     again; what may call back (an lr schedule, a loss function to
  *     trace, your own optimizer's methods) runs before it is taken or
  *     after.  Unguarded by design: a node's numbers (two threads writing
- *     one race as floats do) and a Program's own forward() and backward()
- *     (not to be run from two threads at once).
+ *     one race as floats do).
  *
  * Python calls these with the GIL held (cffi keeps it for them) and
  * passes objects by id(), which is their address in CPython (pygrad

@@ -51,8 +51,7 @@ both).  Each is one rule; the forms it takes are listed under it.
    holding thread calls again).  What may call back (an lr schedule, a
    loss function to trace, your own optimizer's methods) runs before a
    lock is taken or after.  Unguarded by design: a node's numbers (they
-   race as floats do) and a Program's own ``forward()``/``backward()``
-   (not from two threads at once).
+   race as floats do).
 
 Bulk calls (optimizers, ``Program``, fused layers) take a *node list*
 (``pack``): the nodes of many Values, held by an object of pygrad's own

@@ -146,9 +146,9 @@ class Program:
         self._inputs: Optional[Tuple[Value, ...]] = None
         self._lock = CallLock(
             "Program is busy in this thread: a signal handler or callback called it while it "
-            "runs (map or train_step), which would wait for itself forever. Call it after the "
-            "running call returns (e.g. have the handler set a flag), or use another Program "
-            "compiled from the same graph")
+            "runs (forward, backward, map or train_step), which would wait for itself "
+            "forever. Call it after the running call returns (e.g. have the handler set a "
+            "flag), or use another Program compiled from the same graph")
         self._threads: Optional[int] = None
         if single is not None:
             # Made empty and released in C (ffi.gc) first: nothing is lost
@@ -209,12 +209,16 @@ class Program:
     def forward(self) -> float:
         """Recompute every node from the leaves' current data; returns the
         output's value."""
-        return lib.pg_program_forward(self._single("forward()"))
+        program = self._single("forward()")
+        with self._free_lock():        # (its arrays are the backward's too)
+            return lib.pg_program_forward(program)
 
     def backward(self) -> None:
         """Backpropagate as on a fresh graph: interior grads from 0, the
         output's at 1, leaves accumulate (``+=``)."""
-        lib.pg_program_backward(self._single("backward()"))
+        program = self._single("backward()")
+        with self._free_lock():
+            lib.pg_program_backward(program)
 
     @property
     def threads(self) -> Optional[int]:
@@ -249,7 +253,7 @@ class Program:
         return max(1, min(cpus, (n * self._n) >> _WORK_BITS))
 
     def _free_lock(self) -> Any:
-        """The lock that map and train_step hold while they run (CallLock)."""
+        """The lock that every run holds while it runs (CallLock)."""
         return self._lock.free()
 
     def _rows(self, rows: Any, grad: Any, what: str) -> Tuple[Any, Any, int]:

@@ -42,6 +42,14 @@ class SignalAsCReturns:
         rc = self._lib.pg_batch_step_l(*args)
         signal.raise_signal(signal.SIGUSR1)
         return rc
+    def pg_program_forward(self, *args):
+        rc = self._lib.pg_program_forward(*args)
+        signal.raise_signal(signal.SIGUSR1)
+        return rc
+    def pg_program_backward(self, *args):
+        rc = self._lib.pg_program_backward(*args)
+        signal.raise_signal(signal.SIGUSR1)
+        return rc
 
 x, w = Value(0.0), Value(0.5)
 prog = pygrad.compile((x * w).tanh(), inputs=[x])
@@ -53,7 +61,7 @@ want = prog.map(rows)
 # --- 1. a signal handler that uses the Program it interrupted ----------------
 
 @needs_signals
-@pytest.mark.parametrize("outer", ["map", "train_step"])
+@pytest.mark.parametrize("outer", ["map", "train_step", "forward", "backward"])
 def test_a_signal_handler_calling_the_busy_program_raises_instead_of_hanging(outer):
     """The handler runs in the thread that holds the Program's lock: it gets
     a RuntimeError saying so (it used to wait for itself forever), and the
@@ -71,6 +79,10 @@ def test_a_signal_handler_calling_the_busy_program_raises_instead_of_hanging(out
         if {outer!r} == "map":
             got = prog.map(rows)
             assert (got == want).all()
+        elif {outer!r} == "forward":
+            assert prog.forward() == (x * w).tanh().data
+        elif {outer!r} == "backward":
+            prog.backward()
         else:
             prog.train_step(rows, np.full(len(rows), 1 / len(rows)), opt)
         replay.lib = replay.lib._lib
