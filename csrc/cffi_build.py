@@ -277,6 +277,7 @@ BINDING_CDEF = """
 int pg_binding_init(uintptr_t out, uintptr_t converter);
 int pg_binding_prev(uintptr_t children, uintptr_t slow, uintptr_t cls);
 int pg_binding_op_name(uintptr_t out, uintptr_t names, uintptr_t slow);
+int pg_after_fork_in_child(void);
 int32_t pg_leaf_v(uintptr_t value, double data);
 int pg_op_function(uintptr_t out, int op, int form, int fastcall);
 int pg_call_tracing_function(uintptr_t out);

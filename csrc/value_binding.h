@@ -320,6 +320,7 @@ static int set_kids(PyObject *self, PyObject *x, void *field) {
     (void)field;
     pg_valueobj *v = (pg_valueobj *)self;
     PyObject *old = v->kids;
+    if (x == Py_None) x = NULL;      /* (None reads back as no cache: as get_ref shows it) */
     Py_XINCREF(x);
     v->kids = x;
     Py_XDECREF(old);
@@ -350,6 +351,8 @@ static PyObject *get_prev(PyObject *self, void *unused) {
         PyErr_SetString(PyExc_RuntimeError, "pygrad: the engine is not initialised");
         return NULL;
     }
+    if (v->node == NULL)        /* (__init__ not run yet: nothing to cache) */
+        return PyObject_CallFunctionObjArgs(prev_slow, (PyObject *)v, NULL);
     PyObject *t = kids_tuple(v), *kids;
     if (t == NULL && PyErr_Occurred()) return NULL;
     if (t != NULL) {
@@ -800,6 +803,20 @@ static PyObject *gc_call(PyObject *gc, const char *name) {
 
 /* fn(arg) with the cyclic collector paused (and, if trace, numbers
  * unreadable: `tracing`), both put back before it returns. */
+/* How many calls pause the collector now (under the GIL): a child forked
+ * while another thread's call does has no thread to turn it back on. */
+static int pauses;
+
+/* In a forked child (os.register_at_fork): 1 if the collector was paused
+ * by calls the child may have no thread to end (Python turns it back on);
+ * only the forking thread can be tracing now. */
+static int pg_after_fork_in_child(void) {
+    int paused = pauses > 0;
+    pauses = 0;
+    tracers = tracing ? 1 : 0;
+    return paused;
+}
+
 static PyObject *call_paused(PyObject *args, const char *name, int trace) {
     PyObject *fn, *arg;
     if (!PyArg_UnpackTuple(args, name, 2, 2, &fn, &arg)) return NULL;
@@ -813,6 +830,7 @@ static PyObject *call_paused(PyObject *args, const char *name, int trace) {
         return NULL;
     }
     Py_XDECREF(off);
+    if (on == 1) pauses++;
     int outer = tracing;
     if (trace) {
         tracing = 1;
@@ -821,7 +839,8 @@ static PyObject *call_paused(PyObject *args, const char *name, int trace) {
     PyObject *r = PyObject_CallFunctionObjArgs(fn, arg, NULL);
     tracing = outer;
     if (trace) tracers--;
-    if (on == 1) {
+    if (on == 1 && pauses > 0) {                   /* (0: a fork since: the child's own) */
+        pauses--;
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);           /* fn's error, if any, kept */
         PyObject *back = gc_call(gc, "enable");
@@ -1597,6 +1616,8 @@ static int32_t pg_hvp_numbers_l(uintptr_t root, uintptr_t ins, const double *tan
     static int32_t name {                                                          \
         pg_listobj *l = as_list((PyObject *)list);                                 \
         if (l == NULL) return PG_E_ARG;                                            \
+        int tracing_here = tracers && tracing;   /* (read with the GIL) */         \
+        (void)tracing_here;                                                        \
         Py_INCREF(l);                                                              \
         PyThreadState *save = PyEval_SaveThread();                                 \
         int32_t rc = call;                                                         \
@@ -1606,12 +1627,17 @@ static int32_t pg_hvp_numbers_l(uintptr_t root, uintptr_t ins, const double *tan
     }
 /* (each buffer comes with its length: PG_E_ARG, nothing done, if it is
  * shorter than the list) */
-static int32_t gather_data(pg_listobj *l, double *out, size_t nout) {
+/* A bulk read while this thread traces is refused as a read of v.data is
+ * (PG_E_TRACED): its numbers would be baked into every run.  (A bulk write
+ * is not: per_length's own token writes are bulk writes.) */
+static int32_t gather_data(pg_listobj *l, double *out, size_t nout, int traced) {
+    if (traced) return PG_E_TRACED;
     if (nout < l->n) return PG_E_ARG;
     pg_gather_data(list_nodes(l), l->n, out);
     return 0;
 }
-static int32_t gather_grad(pg_listobj *l, double *out, size_t nout) {
+static int32_t gather_grad(pg_listobj *l, double *out, size_t nout, int traced) {
+    if (traced) return PG_E_TRACED;
     if (nout < l->n) return PG_E_ARG;
     pg_gather_grad(list_nodes(l), l->n, out);
     return 0;
@@ -1626,9 +1652,9 @@ static int32_t fill_grad(pg_listobj *l, double x) {
     return 0;
 }
 PG_LIST_CALL(pg_gather_data_l(uintptr_t list, double *out, size_t nout),
-             gather_data(l, out, nout))
+             gather_data(l, out, nout, tracing_here))
 PG_LIST_CALL(pg_gather_grad_l(uintptr_t list, double *out, size_t nout),
-             gather_grad(l, out, nout))
+             gather_grad(l, out, nout, tracing_here))
 PG_LIST_CALL(pg_scatter_data_l(uintptr_t list, const double *in, size_t nin),
              scatter_data(l, in, nin))
 PG_LIST_CALL(pg_fill_grad_l(uintptr_t list, double x), fill_grad(l, x))

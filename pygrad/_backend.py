@@ -23,7 +23,7 @@ from . import _graph_views, _node_factory, engine as _engine
 from . import functional as _functional
 from . import reference as _reference
 from ._core import ffi, lib
-from ._lifetime import bulk as _bulk, pack as _pack
+from ._lifetime import bulk as _bulk, pack as _pack, traced as _traced
 from ._numbers import is_value
 
 if TYPE_CHECKING:
@@ -202,6 +202,7 @@ def _check_layer_params(packed_params: Any, nin: int, nout: int) -> None:
 def _state_fits(rc: int) -> None:
     """The C steps refuse a state array shorter than the parameters
     (pygrad.optim validates them first; this is the C side's own check)."""
+    _traced(rc)
     if rc == lib.PG_E_ARG:
         raise ValueError("pygrad: an optimizer state array is shorter than its parameters")
 
@@ -227,7 +228,7 @@ class _CBackend(Backend):
 
     def fill_grad(self, packed: Any, x: float) -> None:
         nodes = packed.nodes     # (held by a name for the call)
-        lib.pg_fill_grad_l(id(nodes), x)
+        _traced(lib.pg_fill_grad_l(id(nodes), x))
 
     def gather_data(self, packed: Any) -> np.ndarray:
         out = np.empty(len(packed), dtype=np.float64)

@@ -50,6 +50,12 @@ class ChildrenInOrder(_PerChild):
         if type(a) is tuple and lib.pg_describe_v(id(v)) & 0xFF == _FUNCTION:
             return a            # made microgpt's way: the children it was given
         by_node = {lib.pg_node_addr(id(k)): k for k in v._prev}
+        # The operands it holds come first: a set keeps one of two children
+        # that compare equal (a subclass's __eq__), the node has both.
+        a, b = v._pg_a, v._pg_b
+        for k in a if type(a) is tuple else (a, b):
+            if k is not None:
+                by_node[lib.pg_node_addr(id(k))] = k
         return tuple(by_node[lib.pg_kid_addr(id(v), i)] for i in range(n))
 
 

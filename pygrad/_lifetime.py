@@ -61,7 +61,7 @@ from typing import Any, Iterable, Tuple
 
 from ._core import ffi, lib
 
-__all__ = ["Packed", "pack", "check", "bulk"]
+__all__ = ["Packed", "pack", "check", "bulk", "traced"]
 
 
 class Packed:
@@ -99,8 +99,20 @@ def bulk(call: Any, packed: Packed, arr: Any) -> None:
     array ``arr`` (``lib.pg_gather_data_l`` and its kind); C refuses an
     array shorter than the nodes."""
     nodes = packed.nodes            # (held by a name for the call)
-    if call(id(nodes), ffi.from_buffer("double[]", arr), arr.size):
+    rc = call(id(nodes), ffi.from_buffer("double[]", arr), arr.size)
+    if rc:
+        traced(rc)
         raise ValueError(f"pygrad: {arr.size} numbers for the data of {len(packed)} Values")
+
+
+def traced(rc: int) -> None:
+    """The error of a bulk read made while this thread traces a loss
+    (PG_E_TRACED): its numbers would be baked into every run."""
+    if rc == lib.PG_E_TRACED:
+        raise ValueError("pygrad: numbers were read in bulk (Inputs.get, a model's "
+                         "get_data or get_grad) while pygrad.per_length traces the loss: "
+                         "that happens once, not on every run of the program. Read them "
+                         "outside the loss function")
 
 
 def check(rc: int, what: str) -> int:

@@ -281,7 +281,8 @@ def _kids_of(v: "Value") -> Set["Value"]:
             if rc:
                 _fail(rc, "a child's Value")
             if table is not None:
-                table[p] = kid
+                # (another thread may have made one meanwhile: one object per node)
+                kid = table.setdefault(p, kid)
             known[p] = kid
         kids.add(kid)
     return kids

@@ -23,6 +23,7 @@ closure, or a ``pygrad.Function``, whose partials were captured once) make
 """
 from __future__ import annotations
 
+import gc
 import operator
 import os
 import threading
@@ -89,6 +90,10 @@ def _remake_locks_in_child() -> None:
     refresh_threads()
     _remaking = threading.Lock()
     _forks[0] += 1
+    if lib.pg_after_fork_in_child():
+        # another thread's trace or create_graph had paused the collector:
+        # in the child, no thread would turn it back on
+        gc.enable()
 
 
 if hasattr(os, "register_at_fork"):
@@ -330,15 +335,16 @@ class Program:
             # evaluate the model with this very program (a plateau rule).
             steps = optimizer.steps
             lr = optimizer.current_lr()
+            # The optimizer is read before the lock too (a subclass's
+            # settings may be properties that run the model). fused points
+            # into what `held` holds: the state as it is now, whatever
+            # another thread sets meanwhile.
+            fused, held = fill(lr)
             with self._free_lock():
-                # Inside the lock: two threads stepping one optimizer on this
-                # program each read the state the other left, and an lr
-                # read before another thread's step is read again.
+                # Inside the lock: what was read before another thread's
+                # step on this program is read again.
                 if optimizer.steps != steps:
                     continue
-                # fused points into what `held` holds: the optimizer's state
-                # as it is now, whatever another thread sets meanwhile
-                fused, held = fill(lr)
                 nodes = optimizer._packed.nodes      # its parameters (held by a name)
                 rc = lib.pg_batch_step_l(self._batch, ffi.from_buffer("double[]", data), n,
                                          ffi.from_buffer("double[]", out),

@@ -119,6 +119,8 @@ class _Compiled:
         data, vocab = self.data, self.vocab
         ffi.memmove(data, bytes(8 * len(self.inputs)), 8 * len(self.inputs))
         for i, t in enumerate(ids):
+            if not 0 <= t < vocab:             # (as PerLength checks: never another slot)
+                raise ValueError(f"token ids must be ints in range({vocab}), not {t!r}")
             data[i * vocab + t] = 1.0
         nodes = self.inputs.nodes         # (held by a name for the call)
         lib.pg_scatter_data_l(id(nodes), data, len(self.inputs))
@@ -136,17 +138,24 @@ class PerLength:
         if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
             raise ValueError(f"vocab must be the number of token ids (an int >= 1), not {vocab!r}")
         self.loss_fn = loss_fn
-        self.vocab = vocab
+        self._vocab = vocab
         self.optimizer = optimizer
         self._programs: Dict[int, _Compiled] = {}
         # One run at a time: a program's C arrays are its own, and the
         # runs let the GIL go (another thread's step would share them).
-        # Held over C calls and the optimizer's own steps, never over the
-        # loss function (traced before it is taken).
+        # Held over C calls and SGD's or Adam's own steps, never over the
+        # loss function (traced before it is taken), a schedule or your
+        # own optimizer's methods.
         self._lock = CallLock(
             "this per_length is busy in this thread: a signal handler or callback (an lr "
             "schedule) called it while it runs, which would wait for itself forever. Call it "
             "after the running call returns (e.g. have the handler set a flag)")
+
+    @property
+    def vocab(self) -> int:
+        """How many token ids there are (fixed: the programs are compiled
+        for it)."""
+        return self._vocab
 
     @property
     def lengths(self) -> List[int]:
