@@ -14,8 +14,10 @@
  *     and a Function's partials too) and a reference to every node object
  *     or node list they point to, so whatever holds a node object holds
  *     all that C can reach.  A node's op and children are written once,
- *     as it is made: any thread may read them without a lock; only its
- *     walk mark (sweep lock), flags (GIL) and numbers change later.
+ *     as it is made: any thread may read them without a lock.  What
+ *     changes later: its walk mark (under the sweep lock), its numbers and
+ *     flags (set under the GIL; a walk without it sees a flag set meanwhile
+ *     or not, as with numbers), and a custom op's pointer to its Value.
  *  2. A Value holds its node and its operands.  Its C base (_ValueBase)
  *     has the node object and the node's place in it, written once by C
  *     when the Value is made and changed by nothing Python does until the
@@ -23,18 +25,22 @@
  *     _prev: the Python graph mirrors C's) and _prev's cache.  The one
  *     pointer the other way, a custom op's node to its Value (for the
  *     sweep that runs its closure), holds nothing: the Value clears it as
- *     it goes.
+ *     it goes.  A C node given a _backward later has only a flag: its
+ *     closure is found through the Values above it (operands, caches).
  *  3. The collector sees every Value and no node object.  Node objects
  *     refer only to older node objects and node lists, so they form no
  *     cycle and are not tracked; Values are ordinary tracked objects,
  *     their operands, cache and attributes visited and cleared, and their
  *     cycles collected as any: a user's closure, or a fused model's table
  *     of the Values _prev makes for its hidden nodes, which point back to
- *     it.  Where pygrad itself makes a big acyclic batch of Values in one
- *     call (grad(create_graph=True), a trace), it pauses the (process's)
- *     collector for that call: for speed only.
- *  4. Freeing is reference counting, without recursion, and runs no
- *     Python.  A node object's references are let go through a per-thread
+ *     it.  Where pygrad itself makes a big batch of Values in one call
+ *     (grad(create_graph=True), a trace), it pauses the process's
+ *     collector for that call, for speed only: it turns it back on only if
+ *     it was on, and a forked child turns it back on (no thread there
+ *     would).
+ *  4. Freeing is reference counting, without recursion, and runs none
+ *     of pygrad's Python (a Value's own __del__ or weakref callbacks run
+ *     as CPython's dealloc runs them).  A node object's references are let go through a per-thread
  *     list, and a Value's (its operands) through CPython's trashcan, which
  *     bounds every Python subclass's dealloc: a chain of any length frees
  *     in constant stack.  Sweeps, programs and batches are released by C
@@ -46,8 +52,11 @@
  *     its own (this file's calls take one) or the `hold` of its sweep,
  *     program or batch, which keeps what their node pointers lie in (a
  *     node object or node lists) from the call that fills them until they
- *     are released.  C's own worker threads (batch.c), which may outlive
- *     the call, touch only their job record, freed by the last one out.
+ *     are released.  C's own worker threads (batch.c) may outlive the
+ *     call: once it has returned they touch only their job record, freed
+ *     by the last one out.  Objects a C call fills (a sweep, a program)
+ *     are made, released by ffi.gc, before the call: a Ctrl-C after it
+ *     can't lose what it holds.
  *     So a node's address, which Python uses as its identity (a dict
  *     key), names one node while whoever keyed it holds the Value.
  *  6. A lock guards what threads share, held only while C (or pygrad's
@@ -56,7 +65,10 @@
  *     default is to let it go: csrc/cffi_build.py turns that off) but
  *     the long ones of its RELEASES_GIL; pygrad refuses free-threaded
  *     builds and a second interpreter.  The sweep lock (csrc/backward.c)
- *     guards walks' marks: a waiter waits in tries of tens of
+ *     guards walks' marks and scratch, and makes a sweep's rules one step
+ *     (two backward()s over shared nodes each add their whole gradient);
+ *     whoever holds it never takes the GIL, so a waiter may hold the GIL
+ *     (fork, a gradient's tries).  A waiter waits in tries of tens of
  *     milliseconds, between which Python runs signals; fork() takes it
  *     around itself, so the child starts with it free.  A Program's and a
  *     PerLength's CallLock (pygrad/replay.py) guards their buffers in
@@ -65,8 +77,8 @@
  *     a RuntimeError, not a wait, when the thread that holds it calls
  *     again; what may call back (an lr schedule, a loss function to
  *     trace, your own optimizer's methods) runs before it is taken or
- *     after.  Unguarded by design: a node's numbers (two threads writing
- *     one race as floats do).
+ *     after.  Unguarded by design: a node's numbers outside a sweep (two
+ *     threads writing one race as floats do).
  *
  * Python calls these with the GIL held (cffi keeps it for them) and
  * passes objects by id(), which is their address in CPython (pygrad

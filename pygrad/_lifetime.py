@@ -8,7 +8,8 @@ both).  Each is one rule; the forms it takes are listed under it.
    holds its node(s) inline and a reference to every node object or node
    list they point to, so whatever holds a node object holds all that C
    can reach from it.  A node's op and children never change after it is
-   made (any thread may read them); its mark, flags and numbers do.
+   made (any thread may read them); its mark, numbers, flags and a custom
+   op's pointer to its Value do.
 2. **A Value holds its node and its operands.**  Its C base
    (``_ValueBase``) has the node object and the node's place in it,
    written once by C when the Value is made and changed by nothing Python
@@ -17,17 +18,18 @@ both).  Each is one rule; the forms it takes are listed under it.
    ``_prev``: the Python graph mirrors C's) and ``_prev``'s cache.  The
    one pointer the other way, a custom op's node to its Value (for the
    sweep that runs its closure), holds nothing: the Value clears it as it
-   goes.
+   goes.  A C node given a ``_backward`` later has only a flag: its
+   closure is found through the Values above it.
 3. **The collector sees every Value and no node object.**  Node objects
    refer only to older node objects and node lists, so they form no cycle
    and are not tracked; Values are ordinary collected objects, and their
    cycles (a user's closure; a fused model's table of the Values ``_prev``
    makes for its hidden nodes) are collected as any.  Where pygrad itself
-   makes a big acyclic batch of Values in one call
-   (``grad(create_graph=True)``, a trace), it pauses the (process's)
-   collector for that call: for speed only.
-4. **Freeing is reference counting, without recursion, and runs no
-   Python**: a node object's references are let go through a per-thread
+   makes a big batch of Values in one call (``grad(create_graph=True)``,
+   a trace), it pauses the process's collector for that call, for speed
+   only (back on only if it was on; a forked child turns it back on).
+4. **Freeing is reference counting, without recursion, and runs none of
+   pygrad's Python** (a Value's own ``__del__`` runs as CPython runs it): a node object's references are let go through a per-thread
    list, and a Value's through CPython's trashcan, so a chain of any
    length frees in constant stack; sweeps, programs and batches are
    released by C (``ffi.gc``), with no finalizer or weak registry.
@@ -36,22 +38,24 @@ both).  Each is one rule; the forms it takes are listed under it.
    call's arguments (passed by ``id()``) are held by its caller for the
    call; a call that lets the GIL go reads only what a reference holds
    for it (its own, or its sweep's, program's or batch's hold, from the
-   call that fills it until it is released); C's own worker threads,
-   which may outlive the call, touch only their job record.  So a node's
+   call that fills it until it is released, made before that call so a
+   Ctrl-C can't lose it); C's own worker threads, which may outlive the
+   call, touch only their job record once it has returned.  So a node's
    address, Python's key for its identity, names one node while whoever
    keyed it holds the Value.
 6. **A lock guards what threads share, held only while C (or pygrad's
    own bookkeeping) runs, never across user code**: the GIL (node
    objects, reference counts and flags; cffi's calls keep it but those
    csrc/cffi_build.py lists in ``RELEASES_GIL``; free-threaded builds and
-   second interpreters are refused), the sweep lock (walks' marks; waited
-   for in tries of tens of milliseconds, between which signals run; taken
-   around ``fork()``), and each Program's and PerLength's ``CallLock``
+   second interpreters are refused), the sweep lock (walks' marks and
+   scratch, a sweep's rules as one step; its holder never takes the GIL;
+   waited for in tries of tens of milliseconds, between which signals
+   run; taken around ``fork()``), and each Program's and PerLength's ``CallLock``
    (their buffers; made anew in a forked child; a RuntimeError when the
    holding thread calls again).  What may call back (an lr schedule, a
    loss function to trace, your own optimizer's methods) runs before a
-   lock is taken or after.  Unguarded by design: a node's numbers (they
-   race as floats do).
+   lock is taken or after.  Unguarded by design: a node's numbers outside
+   a sweep (they race as floats do).
 
 Bulk calls (optimizers, ``Program``, fused layers) take a *node list*
 (``pack``): the nodes of many Values, held by an object of pygrad's own
