@@ -592,19 +592,17 @@ static PyObject *kids_tuple(pg_valueobj *v) {
     uint32_t n = pg_nkids(v->node);
     if (n > 2) return NULL;
     pg_node *first = obj_nodes(v->owner), *end = first + v->owner->nnodes;
-    pg_node *kids[2] = {NULL, NULL};
+    pg_node *na = value_node(v->a), *nb = value_node(v->b), *kids[2] = {NULL, NULL};
     for (uint32_t i = 0; i < n; i++) {
         pg_node *kid = pg_kid(v->node, i);
-        if (kid == NULL || (kid != value_node(v->a) && kid != value_node(v->b) &&
-                            (kid < first || kid >= end)))
+        if (kid == NULL || (kid != na && kid != nb && (kid < first || kid >= end)))
             return NULL;
         kids[i] = kid;
     }
     PyObject *t = PyTuple_New((Py_ssize_t)n);
     if (t == NULL) return NULL;
     for (uint32_t i = 0; i < n; i++) {
-        PyObject *item = kids[i] == value_node(v->a) ? v->a
-                       : kids[i] == value_node(v->b) ? v->b : NULL;
+        PyObject *item = kids[i] == na ? v->a : kids[i] == nb ? v->b : NULL;
         if (item != NULL) {
             Py_INCREF(item);
         } else {

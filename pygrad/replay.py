@@ -215,14 +215,14 @@ class Program:
         """Recompute every node from the leaves' current data; returns the
         output's value."""
         program = self._single("forward()")
-        with self._free_lock():        # (its arrays are the backward's too)
+        with self._lock.free():        # (its arrays are the backward's too)
             return lib.pg_program_forward(program)
 
     def backward(self) -> None:
         """Backpropagate as on a fresh graph: interior grads from 0, the
         output's at 1, leaves accumulate (``+=``)."""
         program = self._single("backward()")
-        with self._free_lock():
+        with self._lock.free():
             lib.pg_program_backward(program)
 
     @property
@@ -256,10 +256,6 @@ class Program:
         if cpus == 1:
             return 1
         return max(1, min(cpus, (n * self._n) >> _WORK_BITS))
-
-    def _free_lock(self) -> Any:
-        """The lock that every run holds while it runs (CallLock)."""
-        return self._lock.free()
 
     def _rows(self, rows: Any, grad: Any, what: str) -> Tuple[Any, Any, int]:
         """rows and grad as contiguous float64 arrays of the right shapes."""
@@ -307,7 +303,7 @@ class Program:
         data, w, n = self._rows(rows, grad, "map")
         out = np.empty((n, len(self._outputs)), dtype=np.float64)
         threads = self._threads or self._auto_threads(n)
-        with self._free_lock():
+        with self._lock.free():
             rc = lib.pg_batch_run(self._batch, ffi.from_buffer("double[]", data), n,
                                   ffi.from_buffer("double[]", out),
                                   ffi.NULL if w is None else ffi.from_buffer("double[]", w),
@@ -340,7 +336,7 @@ class Program:
             # into what `held` holds: the state as it is now, whatever
             # another thread sets meanwhile.
             fused, held = fill(lr)
-            with self._free_lock():
+            with self._lock.free():
                 # Inside the lock: what was read before another thread's
                 # step on this program is read again.
                 if optimizer.steps != steps:

@@ -125,6 +125,15 @@ class _Compiled:
         nodes = self.inputs.nodes         # (held by a name for the call)
         lib.pg_scatter_data_l(id(nodes), data, len(self.inputs))
 
+    def run(self, ids: Sequence[int], backward: bool) -> float:
+        """The loss of ``ids``, and with ``backward`` its gradient (the
+        caller holds the PerLength's lock)."""
+        self.set_tokens(ids)
+        loss = lib.pg_program_forward(self.program)
+        if backward:
+            lib.pg_program_backward(self.program)
+        return loss
+
 
 class PerLength:
     """``loss_fn(tokens)`` compiled once per number of tokens (see the
@@ -219,8 +228,7 @@ class PerLength:
         ids = self._ids(ids)
         c = self._compiled(len(ids))
         with self._lock.free():
-            c.set_tokens(ids)
-            return lib.pg_program_forward(c.program)
+            return c.run(ids, backward=False)
 
     def step(self, ids: Sequence[int]) -> float:
         """One training step on a sequence of token ids: zero the grads,
@@ -236,9 +244,7 @@ class PerLength:
             # steps may then interleave between these calls).
             opt.zero_grad()
             with self._lock.free():
-                c.set_tokens(ids)
-                loss = lib.pg_program_forward(c.program)
-                lib.pg_program_backward(c.program)
+                loss = c.run(ids, backward=True)
             opt.step()
             return loss
         while True:
@@ -249,10 +255,8 @@ class PerLength:
             with self._lock.free():
                 if opt.steps != steps:
                     continue
-                c.set_tokens(ids)
                 opt.zero_grad()
-                loss = lib.pg_program_forward(c.program)
-                lib.pg_program_backward(c.program)
+                loss = c.run(ids, backward=True)
                 opt._step_at(lr)
                 return loss
 

@@ -30,26 +30,19 @@ from pygrad import Value, optim
 import pygrad.replay as replay
 
 class SignalAsCReturns:
+    # the core, but a SIGUSR1 as each run of a program returns from C
+    RUNS = ("pg_batch_run", "pg_batch_step_l", "pg_program_forward", "pg_program_backward")
     def __init__(self, lib):
         self._lib = lib
     def __getattr__(self, name):
-        return getattr(self._lib, name)
-    def pg_batch_run(self, *args):
-        rc = self._lib.pg_batch_run(*args)
-        signal.raise_signal(signal.SIGUSR1)
-        return rc
-    def pg_batch_step_l(self, *args):
-        rc = self._lib.pg_batch_step_l(*args)
-        signal.raise_signal(signal.SIGUSR1)
-        return rc
-    def pg_program_forward(self, *args):
-        rc = self._lib.pg_program_forward(*args)
-        signal.raise_signal(signal.SIGUSR1)
-        return rc
-    def pg_program_backward(self, *args):
-        rc = self._lib.pg_program_backward(*args)
-        signal.raise_signal(signal.SIGUSR1)
-        return rc
+        call = getattr(self._lib, name)
+        if name not in self.RUNS:
+            return call
+        def then_signal(*args):
+            rc = call(*args)
+            signal.raise_signal(signal.SIGUSR1)
+            return rc
+        return then_signal
 
 x, w = Value(0.0), Value(0.5)
 prog = pygrad.compile((x * w).tanh(), inputs=[x])
