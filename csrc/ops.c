@@ -658,11 +658,13 @@ void pg_steps_forward(const pg_steps *ps, double *d) {
 void pg_steps_backward(const pg_steps *ps, const double *d, double *g) {
     const pg_rows *rows = ps->rows;
     const pg_step *step = ps->step;
+    double *gout = ps->gout;
     pg_node *const *node = ps->node;
     for (size_t i = ps->n; i-- > 0;) {
         const pg_step *p = &step[i];
         if (ps->fetch_ahead && i >= PG_FETCH_AHEAD) fetch_operands(&step[i - PG_FETCH_AHEAD], g);
         double gs = g[p->s];
+        if (gout != NULL) gout[i] = gs;
         if (node != NULL) node[i]->grad = gs;
         if (p->fast != PG_FAST_NONE) {
             fast_backward(p, d, g, gs);

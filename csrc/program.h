@@ -54,14 +54,17 @@ int pg_step_fast_kind(int op);
 typedef struct pg_steps {
     size_t n;
     const pg_step *step;      /* in topological order */
-    pg_node *const *node;     /* each step's node, written back; NULL: none */
+    pg_node *const *node;     /* each step's node, written back in the sweep; NULL: none */
+    double *gout;             /* backward: each step's grad, by step; NULL: none */
     const pg_rows *rows;      /* the n-ary steps' arguments */
     int fetch_ahead;          /* operands often far away: prefetch them */
 } pg_steps;
 
-/* Every step in order, writing each node's data back.  Backward runs them
- * in reverse from g (the root's grad set, every other interior grad 0),
- * writes each node's grad back and leaves its own g slot at 0 again. */
+/* Every step in order, writing each node's data back if node is set.
+ * Backward runs them in reverse from g (the root's grad set, every other
+ * interior grad 0), leaves each step's own g slot at 0 again, and writes
+ * step i's grad to its node if node is set, to gout[i] if gout is (for a
+ * write-back after the sweep, in the nodes' address order: replay.c). */
 void pg_steps_forward(const pg_steps *p, double *d);
 void pg_steps_backward(const pg_steps *p, const double *d, double *g);
 

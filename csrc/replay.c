@@ -6,10 +6,13 @@
  * first (layout.c), one slot per node, with the nodes' data and grads in
  * one compact array and each interior node one step (program.h) naming its
  * children by slot.  The sweeps then read 8-byte neighbours instead of
- * 48-byte nodes spread over the arrays Python allocated them in.  The nodes stay the truth the user
+ * nodes spread over the memory Python allocated them in.  The nodes stay the truth the user
  * sees: forward() writes every node's data back, backward() every node's
  * grad, so Python Values of the graph (the loss, the scores) show the
- * replayed numbers; leaves are the user's own Values.
+ * replayed numbers; leaves are the user's own Values.  Where the sweep's
+ * order jumps around memory (a random graph), those writes go after the
+ * sweep, in the nodes' address order: in the sweep's order each would
+ * miss the cache, which cost such a graph more than the sweep itself.
  *
  * forward():  every step in order, from the leaves' current data.
  * backward(): what backward() does on a freshly built graph: interior
@@ -22,12 +25,22 @@
 #include "node.h"
 #include "program.h"
 
+/* Where a step's numbers go back to: its node, its slot and its index. */
+typedef struct write_back {
+    pg_node *node;
+    uint32_t slot, step;
+} write_back;
+
 typedef struct flat {
     size_t n;                 /* slots of nodes; POWK's exponents follow them */
     size_t nsteps;
     pg_steps run;             /* interior nodes, in topological order */
     pg_step *steps;
-    pg_node **step_node;
+    pg_node **step_node;      /* per step, its node */
+    int scattered;            /* write back after the sweeps (see far_in_memory) */
+    write_back *back;         /* per step, by node address; NULL: not after the sweeps */
+    write_back *backs;        /* (back when on) */
+    double *gout;             /* per step: its grad, for the write-back */
     uint32_t *leaf;           /* leaf slots */
     pg_node **leaf_node;
     size_t nleaves;
@@ -45,7 +58,7 @@ static int plain(int op) { return pg_rules[op].arity > 0; }
 
 static void flat_free(flat *f) {
     if (f == NULL) return;
-    free(f->steps); free(f->step_node); free(f->leaf); free(f->leaf_node); free(f->d);
+    free(f->steps); free(f->step_node); free(f->backs); free(f->gout); free(f->leaf); free(f->leaf_node); free(f->d);
     free(f->rows); free(f->x); free(f->gx); free(f->ones);
     free(f);
 }
@@ -88,6 +101,35 @@ static int far_apart(const pg_step *steps, size_t n, size_t nleaves) {
     return far * 20 > n;
 }
 
+/* Whether more than half the steps have their node over a page away from
+ * the last step's.  Such a graph's numbers go back after each sweep, in
+ * address order: step by step, each would miss the cache, and a random
+ * 200k-op DAG (two thirds far) took 1.5x as long as with the extra pass.
+ * Where steps' nodes mostly follow one another (a 200k-op chain: one
+ * third far, as the allocator reuses freed blocks), writing in the sweep
+ * overlaps its misses with the ops and is faster: the extra pass made it
+ * 1.4x as long.  (benchmarks/bench_replay.py; memory bandwidth bounds both.) */
+static int far_in_memory(pg_node *const *node, size_t n) {
+    size_t far = 0;
+    for (size_t i = 1; i < n; i++) {
+        uintptr_t x = (uintptr_t)node[i - 1], y = (uintptr_t)node[i];
+        far += (x > y ? x - y : y - x) > 4096;
+    }
+    return far * 2 > n;
+}
+
+static void write_back_on(flat *f, int on) {
+    f->run.node = on && !f->scattered ? f->step_node : NULL;
+    f->run.gout = on && f->scattered ? f->gout : NULL;
+    f->back = on && f->scattered ? f->backs : NULL;
+}
+
+static int by_node_address(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)((const write_back *)a)->node;
+    uintptr_t y = (uintptr_t)((const write_back *)b)->node;
+    return (x > y) - (x < y);
+}
+
 /* The back end: slots renumbered leaves first, steps and rows from L. */
 static int32_t lay_out(flat *f, const pg_layout *L) {
     const size_t n = L->n, nleaves = L->nleaves, nsteps = n - nleaves;
@@ -106,6 +148,8 @@ static int32_t lay_out(flat *f, const pg_layout *L) {
     int32_t rc = 0;
     uint32_t *slot = NULL;     /* by the layout's slot */
     if (!(PG_ALLOC(slot, n) && PG_ALLOC(f->steps, nsteps) && PG_ALLOC(f->step_node, nsteps) &&
+          PG_ALLOC(f->backs, nsteps) &&
+          PG_ALLOC(f->gout, nsteps) &&
           PG_ALLOC(f->leaf, nleaves) && PG_ALLOC(f->leaf_node, nleaves) &&
           PG_ALLOC(f->d, 2 * (n + nconst)) && PG_ALLOC(f->rows, nrows) && PG_ALLOC(f->x, edges) &&
           PG_ALLOC(f->gx, edges) && PG_ALLOC(f->ones, most)))
@@ -132,6 +176,7 @@ static int32_t lay_out(flat *f, const pg_layout *L) {
             continue;
         }
         f->step_node[st] = node;
+        f->backs[st] = (write_back){node, s, (uint32_t)st};
         pg_step *p = &f->steps[st++];
         p->op = node->op;
         p->fast = PG_FAST_NONE;
@@ -169,9 +214,14 @@ static int32_t lay_out(flat *f, const pg_layout *L) {
     f->nsteps = nsteps;
     f->nleaves = nleaves;
     f->root = rc == 0 ? slot[n - 1] : 0;
-    if (rc == 0) choose_fast(f->steps, nsteps);
-    f->run = (pg_steps){nsteps, f->steps, f->step_node, f->rows,
+    if (rc == 0) {
+        choose_fast(f->steps, nsteps);
+        f->scattered = far_in_memory(f->step_node, nsteps);
+        if (f->scattered) qsort(f->backs, nsteps, sizeof *f->backs, by_node_address);
+    }
+    f->run = (pg_steps){nsteps, f->steps, NULL, NULL, f->rows,
                         rc == 0 && far_apart(f->steps, nsteps, nleaves)};
+    if (rc == 0) write_back_on(f, 1);
     free(slot);
     return rc;
 }
@@ -209,6 +259,11 @@ double pg_program_forward(pg_program *p) {
     flat *f = p->impl;
     read_leaves(f);
     pg_steps_forward(&f->run, f->d);
+    const write_back *w = f->back;
+    for (size_t i = 0, n = w != NULL ? f->nsteps : 0; i < n; i++) {
+        if (i + PG_FETCH_AHEAD < n) PG_PREFETCH(w[i + PG_FETCH_AHEAD].node);
+        w[i].node->data = f->d[w[i].slot];
+    }
     return f->d[f->root];
 }
 
@@ -223,6 +278,11 @@ void pg_program_backward(pg_program *p) {
     }
     f->g[f->root] = 1.0;
     pg_steps_backward(&f->run, f->d, f->g);
+    const write_back *w = f->back;
+    for (size_t i = 0, n = w != NULL ? f->nsteps : 0; i < n; i++) {
+        if (i + PG_FETCH_AHEAD < n) PG_PREFETCH(w[i + PG_FETCH_AHEAD].node);
+        w[i].node->grad = f->gout[w[i].step];
+    }
     for (size_t j = 0; j < f->nleaves; j++) {
         fetch_leaf(f, j);
         f->leaf_node[j]->grad = f->g[f->leaf[j]];
@@ -257,7 +317,7 @@ int64_t pg_program_foreign_leaves(const pg_program *p, int flags, pg_node *const
 
 void pg_program_write_back(pg_program *p, int on) {
     flat *f = p != NULL ? p->impl : NULL;
-    if (f != NULL) f->run.node = on ? f->step_node : NULL;
+    if (f != NULL) write_back_on(f, on);
 }
 
 void pg_program_clear(pg_program *p) {

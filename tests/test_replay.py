@@ -204,3 +204,42 @@ def test_a_random_op_sequence_replays_bit_for_bit(seed):
         ref_out.backward()
         assert_same_doubles([out.data] + [v.grad for v in leaves],
                             [ref_out.data] + [v.grad for v in ref])
+
+
+def _forest(V, leaves, chains, length):
+    """`chains` chains over the leaves, made round-robin, so that each
+    chain's nodes lie apart in memory (replay.c then writes the numbers
+    back after its sweeps, in address order), and every node in a list."""
+    heads = [leaves[i % len(leaves)] for i in range(chains)]
+    made = []
+    for k in range(length):
+        for c in range(chains):
+            x = heads[c]
+            y = (x * leaves[(c + k) % len(leaves)] + 0.25).tanh() if k % 3 else -x + x * x
+            heads[c] = y
+            made.append(y)
+    return sum(heads, V(0.0)), made
+
+
+@pytest.mark.parametrize("chains", [1, 64])
+def test_every_interior_node_shows_the_replayed_numbers(chains):
+    """What a user reads from any node of the graph, data and grad, is a
+    fresh graph's, bit for bit, whether the numbers go back in the sweep
+    (one chain: its nodes follow one another) or after it (many chains made
+    round-robin: each step's node far from the last one's)."""
+    xs = [0.5, -0.0, -1.25, 0.75]
+    leaves = [Value(x) for x in xs]
+    out, made = _forest(Value, leaves, chains, 3000 // chains)
+    program = pygrad.compile(out)
+    for trial in range(3):
+        new = [x * (1.0 - 0.25 * trial) for x in xs]
+        for v, x in zip(leaves, new):
+            v.data, v.grad = x, 0.0
+        program.forward()
+        program.backward()
+        fresh = [Value(x) for x in new]
+        fresh_out, fresh_made = _forest(Value, fresh, chains, 3000 // chains)
+        fresh_out.backward()
+        assert_same_doubles([v.data for v in made] + [v.grad for v in made],
+                            [v.data for v in fresh_made] + [v.grad for v in fresh_made])
+        assert_same_doubles([v.grad for v in leaves], [v.grad for v in fresh])
