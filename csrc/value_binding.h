@@ -346,6 +346,22 @@ static PyObject *kids_tuple(pg_valueobj *v);
  * -> that set, made the slow way) and engine.Value (the class of a Value
  * made for a child that has none): set once, by pg_binding_prev. */
 static PyObject *children_type, *prev_slow, *engine_value;
+/* set.__new__: get_prev makes _prev's sets with it, without _Children's
+ * __init__, which refuses to run on a set that has children
+ * (pygrad/engine.py: _prev can't be changed). */
+static PyObject *set_new;
+
+/* A new _Children of tuple t's items. */
+static PyObject *children_of(PyObject *t) {
+    PyObject *kids = PyObject_CallFunctionObjArgs(set_new, children_type, NULL);
+    for (Py_ssize_t i = 0, n = kids != NULL ? PyTuple_Size(t) : 0; i < n; i++) {
+        if (PySet_Add(kids, PyTuple_GetItem(t, i)) < 0) {   /* (may run __hash__) */
+            Py_DECREF(kids);
+            return NULL;
+        }
+    }
+    return kids;
+}
 
 /* Value._prev, micrograd's set of children: the cache (_pg_kids) if set,
  * else made once and cached.  In C because drawing helpers and hand-written
@@ -368,7 +384,7 @@ static PyObject *get_prev(PyObject *self, void *unused) {
     PyObject *t = kids_tuple(v), *kids;
     if (t == NULL && PyErr_Occurred()) return NULL;
     if (t != NULL) {
-        kids = PyObject_CallFunctionObjArgs(children_type, t, NULL);   /* (may run __hash__) */
+        kids = children_of(t);
         Py_DECREF(t);
     } else {
         kids = PyObject_CallFunctionObjArgs(prev_slow, (PyObject *)v, NULL);
@@ -484,12 +500,19 @@ static int pg_binding_init(uintptr_t out, uintptr_t converter) {
 }
 
 /* engine's _Children type, _prev_slow function and Value class, for
- * Value._prev (get_prev): 0, or -1 if they are set already or cls is no
- * subclass of the C base (held for the process). */
+ * Value._prev (get_prev): 0, or -1 if they are set already, children is no
+ * set type or cls no subclass of the C base (held for the process). */
 static int pg_binding_prev(uintptr_t children, uintptr_t slow, uintptr_t cls) {
     if (children_type != NULL || value_type == NULL || !PyType_Check((PyObject *)cls) ||
-            !PyType_IsSubtype((PyTypeObject *)cls, value_type))
+            !PyType_IsSubtype((PyTypeObject *)cls, value_type) ||
+            !PyType_Check((PyObject *)children) ||
+            !PyType_IsSubtype((PyTypeObject *)children, &PySet_Type))
         return -1;
+    set_new = PyObject_GetAttrString((PyObject *)&PySet_Type, "__new__");
+    if (set_new == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
     children_type = (PyObject *)children;
     prev_slow = (PyObject *)slow;
     engine_value = (PyObject *)cls;

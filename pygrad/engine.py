@@ -527,6 +527,16 @@ class _Children(set):
                         "node's, fixed when it is made; make a custom op with "
                         "Value(data, children, op) and set its _backward instead")
 
+    def __new__(cls, children: Iterable[Any] = ()) -> "_Children":
+        kids = set.__new__(cls)
+        set.update(kids, children)
+        return kids
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # set.__init__ would empty the set and fill it anew: __new__ (or C,
+        # with set.__new__) fills it once
+        pass
+
     def __repr__(self) -> str:
         return repr(set(self))
 

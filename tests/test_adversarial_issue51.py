@@ -5,9 +5,8 @@ checked only while some thread traces.
 
 No test depends on timing: thread switches are forced at chosen points
 (events, a trace function), signals are raised by the code itself, and a
-fork is made while the other thread waits on an event.  Cases marked
-``xfail(strict=True)`` are bugs: each reason says what is wrong and where (the
-review found nine; eight are fixed and their cases plain tests now).
+fork is made while the other thread waits on an event.  The review found
+nine bugs; all are fixed, and their cases are plain tests now.
 """
 import copy
 import gc
@@ -279,18 +278,16 @@ def test_odd_objects_as_the_cache_do_not_reach_c():
         assert id(a) in ids(y._prev)
 
 
-@pytest.mark.xfail(strict=True, reason="_Children (pygrad/engine.py:517) blocks add/clear/update "
-                   "but not __init__: `v._prev.__init__()` empties the cached set, and every "
-                   "later walk through _prev misses the children")
 def test_the_fixed_prev_set_cant_be_emptied_through_init():
     a, b = Value(1.0), Value(2.0)
     v = a + b
     s = v._prev
-    try:
-        s.__init__()
-    except TypeError:
-        pass
+    s.__init__()
+    s.__init__([Value(3.0)])
     assert ids(v._prev) == {id(a), id(b)}
+    leaf = Value(4.0)
+    leaf._prev.__init__([a])
+    assert leaf._prev == set()
 
 
 def test_class_assignment_and_getattribute_do_not_confuse_prev():
