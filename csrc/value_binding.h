@@ -13,15 +13,19 @@
  *     resize one.  It holds its nodes inline (an n-ary node's child list
  *     and a Function's partials too) and a reference to every node object
  *     or node list they point to, so whatever holds a node object holds
- *     all that C can reach.  A node's op and children are written once,
- *     as it is made: any thread may read them without a lock.  What
- *     changes later: its walk mark (under the sweep lock), its numbers and
- *     flags (set under the GIL; a walk without it sees a flag set meanwhile
- *     or not, as with numbers), and a custom op's pointer to its Value.
+ *     all that C can reach, and memory goes back per node object (a Value
+ *     over any of its nodes keeps all of them).  A node's op and children
+ *     are written as it is made (a sweep's restore rewrites them with the
+ *     same words): any thread may read them without a lock.  What changes
+ *     later: its walk mark (under the sweep lock), its flags (set under the
+ *     GIL; a walk without it sees a flag set meanwhile or not), its numbers
+ *     (written with or without the GIL: concept 6), and a custom op's
+ *     pointer to its Value.
  *  2. A Value holds its node and its operands.  Its C base (_ValueBase)
- *     has the node object and the node's place in it, written once by C
- *     when the Value is made and changed by nothing Python does until the
- *     Value is deallocated; and the operands it was made from (a, b, for
+ *     has the node object and the node's place in it, written at most once,
+ *     by C, when __init__ or an op gives it a node (until then it has
+ *     none, and every call refuses it), and changed by nothing Python does
+ *     until the Value is deallocated; and the operands it was made from (a, b, for
  *     _prev: the Python graph mirrors C's) and _prev's cache.  The one
  *     pointer the other way, a custom op's node to its Value (for the
  *     sweep that runs its closure), holds nothing: the Value clears it as
@@ -44,8 +48,14 @@
  *     list, and a Value's (its operands) through CPython's trashcan, which
  *     bounds every Python subclass's dealloc: a chain of any length frees
  *     in constant stack.  Sweeps, programs and batches are released by C
- *     (ffi.gc), with no finalizer or weak registry.  Nothing reads a
- *     reference count.
+ *     (ffi.gc), with no finalizer or weak registry.  Nothing reads a Python
+ *     object's reference count (a threaded run's job record, batch.c,
+ *     counts its threads: the last one out frees it).  What lives as long
+ *     as the process: C's statics hold pygrad's three types (_Node,
+ *     _NodeList, _ValueBase) and engine's callbacks (the number converter,
+ *     _Children, _prev_slow, Value, _op's names), and the walks' scratch
+ *     between walks (capped, backward.c); so pygrad runs in one
+ *     interpreter per process (pg_binding_init refuses a second).
  *  5. Whatever C reads is held by a reference while it reads it.  A call's
  *     arguments (passed by id()) are held by its caller for the call; a
  *     call that lets the GIL go reads only what a reference holds for it:
@@ -63,11 +73,16 @@
  *     own bookkeeping) runs, never across user code.  The GIL guards node
  *     objects, reference counts and flags: cffi's calls keep it (cffi's
  *     default is to let it go: csrc/cffi_build.py turns that off) but
- *     the long ones of its RELEASES_GIL; pygrad refuses free-threaded
- *     builds and a second interpreter.  The sweep lock (csrc/backward.c)
- *     guards walks' marks and scratch, and makes a sweep's rules one step
- *     (two backward()s over shared nodes each add their whole gradient);
- *     whoever holds it never takes the GIL, so a waiter may hold the GIL
+ *     the long ones of its RELEASES_GIL, and this file's long calls
+ *     (backward, compile, a batch's compile and step, hvp, bulk reads and
+ *     writes, optimizer steps) let it go themselves after taking their
+ *     references; pygrad refuses free-threaded builds.  The sweep lock
+ *     (csrc/backward.c) guards walks' marks and scratch, and makes a
+ *     sweep's rules one step (two backward()s over shared nodes each add
+ *     their whole gradient), unless a Python closure lies below: that
+ *     sweep records its order under the lock, then runs its rules and
+ *     closures holding neither it nor, between closures, the GIL.
+ *     Whoever holds it never takes the GIL, so a waiter may hold the GIL
  *     (fork, a gradient's tries).  A waiter waits in tries of tens of
  *     milliseconds, between which Python runs signals; fork() takes it
  *     around itself, so the child starts with it free.  A Program's and a
@@ -77,8 +92,10 @@
  *     a RuntimeError, not a wait, when the thread that holds it calls
  *     again; what may call back (an lr schedule, a loss function to
  *     trace, your own optimizer's methods) runs before it is taken or
- *     after.  Unguarded by design: a node's numbers outside a sweep (two
- *     threads writing one race as floats do).
+ *     after.  Unguarded by design: a node's numbers outside a locked walk,
+ *     a closure sweep's rules included (they race as floats do: two such
+ *     sweeps over shared nodes may lose each other's additions, as two
+ *     threads' += do in micrograd).
  *
  * Python calls these with the GIL held (cffi keeps it for them) and
  * passes objects by id(), which is their address in CPython (pygrad

@@ -7,12 +7,15 @@ both).  Each is one rule; the forms it takes are listed under it.
    only C makes: Python can't construct, read, write or resize one.  It
    holds its node(s) inline and a reference to every node object or node
    list they point to, so whatever holds a node object holds all that C
-   can reach from it.  A node's op and children never change after it is
-   made (any thread may read them); its mark, numbers, flags and a custom
-   op's pointer to its Value do.
+   can reach from it, and memory goes back per node object (a Value over
+   any of its nodes keeps all of them).  A node's op and children never
+   change after it is made (any thread may read them; a sweep's restore
+   rewrites them with what they were); its mark, numbers, flags and a
+   custom op's pointer to its Value do.
 2. **A Value holds its node and its operands.**  Its C base
    (``_ValueBase``) has the node object and the node's place in it,
-   written once by C when the Value is made and changed by nothing Python
+   written at most once, by C, when ``__init__`` or an op gives it a node
+   (until then it has none, and every call refuses it), and changed by nothing Python
    does (attributes, ``__class__``, subclasses, the collector) until the
    Value is deallocated; and the operands it was made from (for
    ``_prev``: the Python graph mirrors C's) and ``_prev``'s cache.  The
@@ -33,7 +36,12 @@ both).  Each is one rule; the forms it takes are listed under it.
    list, and a Value's through CPython's trashcan, so a chain of any
    length frees in constant stack; sweeps, programs and batches are
    released by C (``ffi.gc``), with no finalizer or weak registry.
-   Nothing reads a reference count.
+   Nothing reads a Python object's reference count (a threaded run's job
+   record counts its threads: the last one out frees it).  What lives as
+   long as the process: C's statics hold pygrad's three C types and
+   engine's callbacks (the number converter, ``_Children``,
+   ``_prev_slow``, ``Value``, ``_op``'s names), and the walks' scratch
+   between walks (capped); so pygrad runs in one interpreter per process.
 5. **Whatever C reads is held by a reference while it reads it.**  A
    call's arguments (passed by ``id()``) are held by its caller for the
    call; a call that lets the GIL go reads only what a reference holds
@@ -45,17 +53,24 @@ both).  Each is one rule; the forms it takes are listed under it.
    keyed it holds the Value.
 6. **A lock guards what threads share, held only while C (or pygrad's
    own bookkeeping) runs, never across user code**: the GIL (node
-   objects, reference counts and flags; cffi's calls keep it but those
-   csrc/cffi_build.py lists in ``RELEASES_GIL``; free-threaded builds and
-   second interpreters are refused), the sweep lock (walks' marks and
-   scratch, a sweep's rules as one step; its holder never takes the GIL;
+   objects, reference counts and flags; cffi's calls keep it, but those
+   csrc/cffi_build.py lists in ``RELEASES_GIL`` and the binding's own
+   long calls (backward, compile, a batch's compile and step, hvp, bulk
+   reads and writes, optimizer steps), which let it go after taking their
+   references; free-threaded builds are refused), the sweep lock (walks'
+   marks and scratch, and a sweep's rules as one step, unless a Python
+   closure lies below: that sweep records its order under the lock, then
+   runs its rules and closures holding neither it nor, between closures,
+   the GIL; its holder never takes the GIL;
    waited for in tries of tens of milliseconds, between which signals
    run; taken around ``fork()``), and each Program's and PerLength's ``CallLock``
    (their buffers; made anew in a forked child; a RuntimeError when the
    holding thread calls again).  What may call back (an lr schedule, a
    loss function to trace, your own optimizer's methods) runs before a
    lock is taken or after.  Unguarded by design: a node's numbers outside
-   a sweep (they race as floats do).
+   a locked walk, a closure sweep's rules included (they race as floats
+   do: two threads' sweeps with a closure below, over shared nodes, may
+   lose each other's additions, as two threads' ``+=`` do in micrograd).
 
 Bulk calls (optimizers, ``Program``, fused layers) take a *node list*
 (``pack``): the nodes of many Values, held by an object of pygrad's own
