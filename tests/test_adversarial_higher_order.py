@@ -21,6 +21,9 @@ from pygrad import Value, reference as R
 from pygrad._core import lib
 
 ENGINES = [pytest.param(Value, id="c"), pytest.param(R.Value, id="reference")]
+# the reference engine's runs of the interrupt test take seconds each: slow
+ENGINES_REFERENCE_SLOW = [pytest.param(Value, id="c"),
+                          pytest.param(R.Value, id="reference", marks=pytest.mark.slow)]
 
 
 def F(V):
@@ -972,7 +975,7 @@ def test_threads_numeric_grad_create_graph_and_backward_on_one_graph():
     assert count[0] == 80 and (a.grad, b.grad) == (ra.grad, rb.grad)
 
 
-@pytest.mark.parametrize("V", ENGINES)
+@pytest.mark.parametrize("V", ENGINES_REFERENCE_SLOW)
 @pytest.mark.parametrize("which", ["create_graph", "numeric", "hessian", "jvp"])
 def test_interrupt_at_chosen_events_leaves_state_unchanged(V, which):
     """A KeyboardInterrupt raised at every 61st traced event of pygrad's code

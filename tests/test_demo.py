@@ -30,6 +30,7 @@ def test_moons_is_deterministic(moons):
     assert again["losses"] == moons["losses"][:10]
 
 
+@pytest.mark.slow     # seconds: the default run stays near 90 s
 def test_moons_reference_engine_gives_the_same_losses(moons):
     ref = demo.train_moons(steps=2, engine="reference")
     assert ref["losses"] == moons["losses"][:2]
@@ -83,6 +84,7 @@ def test_cli_runs_moons_and_checks_the_reference(capsys, tmp_path, monkeypatch, 
     _lines_fit(out)
 
 
+@pytest.mark.slow     # seconds: the default run stays near 90 s
 def test_cli_times_whole_steps_when_the_budget_allows(capsys, no_micrograd):
     """A budget no step can overrun: the reference runs full steps, as many
     as the tier trained (here 1), and its losses are the tier's bit for bit."""
@@ -334,6 +336,7 @@ def test_cli_version(capsys):
     assert capsys.readouterr().out.strip() == f"pygrad {pygrad.__version__}"
 
 
+@pytest.mark.slow     # seconds: the default run stays near 90 s
 def test_cli_batched_tier_says_how_close_it_is(capsys, tmp_path, monkeypatch, no_micrograd):
     monkeypatch.chdir(tmp_path)
     assert demo.main(["--dataset", "moons", "--steps", "1", "--no-plot", "--tier", "batched",

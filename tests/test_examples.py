@@ -148,6 +148,7 @@ def test_gradcheck_passes_every_op_and_catches_a_wrong_one(ran):
     assert not r["wrong"].ok
 
 
+@pytest.mark.slow     # seconds: the default run stays near 90 s
 def test_timing_engines_agree_bit_for_bit(ran):
     r = ran("07_timing").result
     assert r["losses"]["eager"] == r["losses"]["reference"] == r["losses"]["replay"]

@@ -54,8 +54,8 @@ Replay) and nothing more:
   backward is that of a fresh graph: interior grads 0, the root's 1, leaves
   accumulate.
 
-The default run tries 25 examples of 30 steps (about 10 s); the slow run
-(``pytest -m slow``, which .ci/run runs) 400.  For a long run::
+The default run tries 3 examples of 30 steps (about 8 s); the slow run
+(``pytest -m slow``, which .ci/run runs) 150.  For a long run::
 
     PYGRAD_FUZZ_EXAMPLES=20000 python -m pytest -m slow tests/test_fuzz.py
 """
@@ -94,7 +94,7 @@ import collections
 
 STATS = collections.Counter()
 MAX_PAIRS = 16          # keep graphs small
-EXAMPLES = 6           # the default run (about 12 s of its 90); the slow run takes SLOW_EXAMPLES
+EXAMPLES = 3           # the default run (about 8 s of its 90); the slow run takes SLOW_EXAMPLES
 SLOW_EXAMPLES = int(os.environ.get("PYGRAD_FUZZ_EXAMPLES", "150"))   # CI's slow stage: about 3 min
 
 # -- numbers -------------------------------------------------------------------
