@@ -1,8 +1,8 @@
 /*
  * Making nodes and reading their fields: the public API over node.h.
  *
- * A creator writes its nodes into memory the caller gives it (Python's:
- * pygrad/_lifetime.py) and links them to their children by pointer; it
+ * A creator writes its nodes into memory the caller gives it (a node
+ * object's: new_nodeobj in csrc/value_binding.h) and links them to their children by pointer; it
  * allocates nothing and touches no shared state, so it needs no lock.
  * Every argument is checked before anything is written: a creator either
  * makes all its nodes and returns 0, or writes nothing and returns a

@@ -198,9 +198,9 @@ void pg_set_traced(pg_node *n);
  * The walk holds the sweep lock, the closures' sweep does not.  The
  * caller calls pg_sweep_restore last, whatever happened: it puts the
  * saved grads back unless pg_sweep_keep was called (once the sweep has run
- * to its end).  The sweep is Python's,
- * zeroed, and released by pg_sweep_clear (ffi.gc).  The caller holds the
- * root (and so every node below it) until the sweep is cleared. */
+ * to its end).  The sweep is Python's, zeroed, and released by the
+ * binding's pg_sweep_release (ffi.gc), which restores and clears it, then
+ * lets go of its hold on the nodes (csrc/value_binding.h). */
 typedef struct pg_sweep {
     pg_node **order;       /* the walk, parents first */
     double *saved;         /* each node's grad and aux, before */
@@ -221,8 +221,9 @@ void pg_sweep_clear(pg_sweep *sweep);
 void pg_node_backward(pg_node *n);
 
 /* Replay: a graph compiled once, re-run forward and backward in C.  The
- * program is Python's, zeroed, and released by pg_program_clear; the
- * caller holds the root while the program lives. */
+ * program is Python's, zeroed, and released by the binding's
+ * pg_program_release (ffi.gc), which clears it, then lets go of its hold
+ * on the nodes (csrc/value_binding.h). */
 typedef struct pg_program {
     void *impl;            /* the flat program (replay.c) */
     size_t n;              /* its nodes */

@@ -24,7 +24,9 @@
  *  2. A Value holds its node and its operands.  Its C base (_ValueBase)
  *     has the node object and the node's place in it, written at most once,
  *     by C, when __init__ or an op gives it a node (until then it has
- *     none, and every call refuses it), and changed by nothing Python does
+ *     none: every call that needs it refuses the Value, and the read-only
+ *     views _prev, _children, _local_grads and _op read as empty), and
+ *     changed by nothing Python does
  *     until the Value is deallocated; and the operands it was made from (a, b, for
  *     _prev: the Python graph mirrors C's) and _prev's cache.  The one
  *     pointer the other way, a custom op's node to its Value (for the
@@ -48,14 +50,18 @@
  *     list, and a Value's (its operands) through CPython's trashcan, which
  *     bounds every Python subclass's dealloc: a chain of any length frees
  *     in constant stack.  Sweeps, programs and batches are released by C
- *     (ffi.gc), with no finalizer or weak registry.  Nothing reads a Python
- *     object's reference count (a threaded run's job record, batch.c,
- *     counts its threads: the last one out frees it).  What lives as long
- *     as the process: C's statics hold pygrad's three types (_Node,
- *     _NodeList, _ValueBase) and engine's callbacks (the number converter,
- *     _Children, _prev_slow, Value, _op's names), and the walks' scratch
- *     between walks (capped, backward.c); so pygrad runs in one
- *     interpreter per process (pg_binding_init refuses a second).
+ *     (ffi.gc), with no finalizer or weak registry.  A sweep's release
+ *     first puts back the grads it saved unless it was kept (pg_sweep_keep,
+ *     once its last call has returned), then lets go of its hold.  Nothing
+ *     reads a Python object's reference count (a threaded run's job
+ *     record, batch.c, counts its threads: the last one out frees it).
+ *     What lives as long as the process: C's statics (pygrad's three types
+ *     _Node, _NodeList and _ValueBase, set.__new__, and engine's callbacks:
+ *     the number converter, _Children, _prev_slow, Value, _op's names and
+ *     slow path), engine's _RESULT_CLASS (each Value subclass an op has
+ *     met, and its result class), and the walks' scratch between walks
+ *     (capped, backward.c); so pygrad runs in one interpreter per process
+ *     (pg_binding_init refuses a second).
  *  5. Whatever C reads is held by a reference while it reads it.  A call's
  *     arguments (passed by id()) are held by its caller for the call; a
  *     call that lets the GIL go reads only what a reference holds for it:
@@ -76,7 +82,7 @@
  *     the long ones of its RELEASES_GIL, and this file's long calls
  *     (backward, compile, a batch's compile and step, hvp, bulk reads and
  *     writes, optimizer steps) let it go themselves after taking their
- *     references; pygrad refuses free-threaded builds.  The sweep lock
+ *     references; pygrad refuses to run with the GIL disabled.  The sweep lock
  *     (csrc/backward.c) guards walks' marks and scratch, and makes a
  *     sweep's rules one step (two backward()s over shared nodes each add
  *     their whole gradient), unless a Python closure lies below: that
@@ -87,12 +93,18 @@
  *     milliseconds, between which Python runs signals; fork() takes it
  *     around itself, so the child starts with it free.  A Program's and a
  *     PerLength's CallLock (pygrad/replay.py) guards their buffers in
- *     every run (forward, backward, map, train_step, per_length's calls):
- *     made anew in a forked child, and
- *     a RuntimeError, not a wait, when the thread that holds it calls
- *     again; what may call back (an lr schedule, a loss function to
- *     trace, your own optimizer's methods) runs before it is taken or
- *     after.  Unguarded by design: a node's numbers outside a locked walk,
+ *     every run (forward, backward, map, train_step, per_length's calls),
+ *     and is a RuntimeError, not a wait, when the thread that holds it
+ *     calls again.  A forked child finds the sweep lock free, remakes each
+ *     CallLock on first use (under replay's _remaking lock), turns the
+ *     collector back on and counts no tracing thread (pg_after_fork_in_child).
+ *     What may call back (an lr schedule, a loss function to trace, your
+ *     own optimizer's methods) runs before a lock is taken or after; what
+ *     pygrad reads before taking a CallLock (an optimizer's step count, the
+ *     lr) is checked again under it, and the step tried again if it
+ *     changed; what pygrad builds outside any lock keeps the first one
+ *     made (_prev's cache, a fused model's table, per_length's program for
+ *     a length).  Unguarded by design: a node's numbers outside a locked walk,
  *     a closure sweep's rules included (they race as floats do: two such
  *     sweeps over shared nodes may lose each other's additions, as two
  *     threads' += do in micrograd).

@@ -15,7 +15,9 @@ both).  Each is one rule; the forms it takes are listed under it.
 2. **A Value holds its node and its operands.**  Its C base
    (``_ValueBase``) has the node object and the node's place in it,
    written at most once, by C, when ``__init__`` or an op gives it a node
-   (until then it has none, and every call refuses it), and changed by nothing Python
+   (until then it has none: every call that needs it refuses the Value,
+   and the read-only views ``_prev``, ``_children``, ``_local_grads`` and
+   ``_op`` read as empty), and changed by nothing Python
    does (attributes, ``__class__``, subclasses, the collector) until the
    Value is deallocated; and the operands it was made from (for
    ``_prev``: the Python graph mirrors C's) and ``_prev``'s cache.  The
@@ -32,16 +34,21 @@ both).  Each is one rule; the forms it takes are listed under it.
    a trace), it pauses the process's collector for that call, for speed
    only (back on only if it was on; a forked child turns it back on).
 4. **Freeing is reference counting, without recursion, and runs none of
-   pygrad's Python** (a Value's own ``__del__`` runs as CPython runs it): a node object's references are let go through a per-thread
-   list, and a Value's through CPython's trashcan, so a chain of any
-   length frees in constant stack; sweeps, programs and batches are
-   released by C (``ffi.gc``), with no finalizer or weak registry.
-   Nothing reads a Python object's reference count (a threaded run's job
-   record counts its threads: the last one out frees it).  What lives as
-   long as the process: C's statics hold pygrad's three C types and
-   engine's callbacks (the number converter, ``_Children``,
-   ``_prev_slow``, ``Value``, ``_op``'s names), and the walks' scratch
-   between walks (capped); so pygrad runs in one interpreter per process.
+   pygrad's Python** (a Value's own ``__del__`` or weakref callbacks run
+   as CPython runs them): a node object's references are let go through
+   a per-thread list, and a Value's through CPython's trashcan, so a chain
+   of any length frees in constant stack; sweeps, programs and batches
+   are released by C (``ffi.gc``), with no finalizer or weak registry.  A
+   sweep's release first puts back the grads it saved unless it was kept
+   (``pg_sweep_keep``, once its last call has returned), then lets go of
+   its hold.  Nothing reads a Python object's reference count (a threaded
+   run's job record counts its threads: the last one out frees it).  What
+   lives as long as the process: C's statics (pygrad's three C types,
+   ``set.__new__`` and engine's callbacks: the number converter,
+   ``_Children``, ``_prev_slow``, ``Value``, ``_op``'s names and slow
+   path), engine's ``_RESULT_CLASS`` (each Value subclass an op has met,
+   and its result class), and the walks' scratch between walks (capped);
+   so pygrad runs in one interpreter per process.
 5. **Whatever C reads is held by a reference while it reads it.**  A
    call's arguments (passed by ``id()``) are held by its caller for the
    call; a call that lets the GIL go reads only what a reference holds
@@ -57,17 +64,23 @@ both).  Each is one rule; the forms it takes are listed under it.
    csrc/cffi_build.py lists in ``RELEASES_GIL`` and the binding's own
    long calls (backward, compile, a batch's compile and step, hvp, bulk
    reads and writes, optimizer steps), which let it go after taking their
-   references; free-threaded builds are refused), the sweep lock (walks'
+   references; pygrad refuses to run with the GIL disabled), the sweep lock (walks'
    marks and scratch, and a sweep's rules as one step, unless a Python
    closure lies below: that sweep records its order under the lock, then
    runs its rules and closures holding neither it nor, between closures,
    the GIL; its holder never takes the GIL;
    waited for in tries of tens of milliseconds, between which signals
-   run; taken around ``fork()``), and each Program's and PerLength's ``CallLock``
-   (their buffers; made anew in a forked child; a RuntimeError when the
-   holding thread calls again).  What may call back (an lr schedule, a
-   loss function to trace, your own optimizer's methods) runs before a
-   lock is taken or after.  Unguarded by design: a node's numbers outside
+   run; taken around ``fork()``), and each Program's and PerLength's
+   ``CallLock`` (their buffers; a RuntimeError when the holding thread
+   calls again).  A forked child finds the sweep lock free, remakes each
+   CallLock on first use (under replay's ``_remaking`` lock), turns the
+   collector back on and counts no tracing thread.  What may call back (an
+   lr schedule, a loss function to trace, your own optimizer's methods)
+   runs before a lock is taken or after; what pygrad reads before taking a
+   CallLock (an optimizer's step count, the lr) is checked again under it,
+   and the step tried again if it changed; and what pygrad builds outside
+   any lock keeps the first one made (``_prev``'s cache, a fused model's
+   table, per_length's program for a length).  Unguarded by design: a node's numbers outside
    a locked walk, a closure sweep's rules included (they race as floats
    do: two threads' sweeps with a closure below, over shared nodes, may
    lose each other's additions, as two threads' ``+=`` do in micrograd).

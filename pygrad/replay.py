@@ -332,16 +332,18 @@ class Program:
             steps = optimizer.steps
             lr = optimizer.current_lr()
             # The optimizer is read before the lock too (a subclass's
-            # settings may be properties that run the model). fused points
-            # into what `held` holds: the state as it is now, whatever
-            # another thread sets meanwhile.
+            # settings and attributes may be properties that run the
+            # model). fused points into what `held` holds: the state as it
+            # is now, whatever another thread sets meanwhile.
             fused, held = fill(lr)
+            count = optimizer._steps               # the array the C step adds to
+            nodes = optimizer._packed.nodes        # its parameters (held by a name)
             with self._lock.free():
-                # Inside the lock: what was read before another thread's
-                # step on this program is read again.
-                if optimizer.steps != steps:
+                # Inside the lock, no attribute of the optimizer's is read
+                # (a subclass's code would run there): only the count, to
+                # see whether another thread stepped since it was read.
+                if count[0] != steps:
                     continue
-                nodes = optimizer._packed.nodes      # its parameters (held by a name)
                 rc = lib.pg_batch_step_l(self._batch, ffi.from_buffer("double[]", data), n,
                                          ffi.from_buffer("double[]", out),
                                          ffi.from_buffer("double[]", w), threads, fused,

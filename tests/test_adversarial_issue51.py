@@ -567,6 +567,45 @@ def test_a_momentum_property_that_evaluates_runs_outside_the_lock(where):
         assert train.step([2]) == 2 * 2.5
 
 
+@pytest.mark.parametrize("attr", ["steps", "_packed"])
+def test_train_step_reads_no_subclass_attribute_under_its_lock(attr):
+    """A subclass's ``steps`` or ``_packed`` that evaluates the model (a
+    property) runs before the Program's lock is taken: the step is the
+    three calls', and no RuntimeError for a re-entered lock."""
+    results = []
+    for fused in (True, False):
+        w, prog, rows, gw = _regression()
+        ran = []
+
+        class Peeking(optim.SGD):
+            pass
+
+        def peek(self, _name=attr):
+            ran.append(prog.map(rows)[0])            # the model, as a plateau rule reads it
+            return (optim.Optimizer.steps.fget(self) if _name == "steps"
+                    else self.__dict__["_p"])
+
+        def put(self, v, _name=attr):
+            if _name == "steps":
+                optim.Optimizer.steps.fset(self, v)
+            else:
+                self.__dict__["_p"] = v
+
+        setattr(Peeking, attr, property(peek, put))
+        opt = Peeking(w, lr=0.1, momentum=0.5)
+        for _ in range(3):
+            if fused:
+                prog.train_step(rows, gw, opt)
+            else:
+                opt.zero_grad()
+                prog.map(rows, grad=gw)
+                opt.step()
+        results.append([p.data for p in w])
+        assert opt.steps == 3
+        assert ran or not fused
+    assert results[0] == results[1]
+
+
 # --- 4. compiles that wait in tries -----------------------------------------------
 
 @pytest.mark.skipif(not hasattr(pygrad._core.lib, "pg_test_hold_sweep_lock"),
