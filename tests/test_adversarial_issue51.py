@@ -503,6 +503,16 @@ def _regression(seed=0):
     return w, prog, rows, np.full(len(rows), 1 / len(rows))
 
 
+def _step(prog, rows, gw, opt, fused):
+    """One training step: train_step's one call, or its three."""
+    if fused:
+        prog.train_step(rows, gw, opt)
+    else:
+        opt.zero_grad()
+        prog.map(rows, grad=gw)
+        opt.step()
+
+
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
 def test_train_step_with_state_swapped_between_steps_is_the_three_calls(kind):
     results = []
@@ -517,12 +527,7 @@ def test_train_step_with_state_swapped_between_steps_is_the_three_calls(kind):
             if step == 4:        # the state restarted
                 for name in opt._STATE:
                     setattr(opt, name, np.zeros(len(w)))
-            if fused:
-                prog.train_step(rows, gw, opt)
-            else:
-                opt.zero_grad()
-                prog.map(rows, grad=gw)
-                opt.step()
+            _step(prog, rows, gw, opt, fused)
         results.append(([p.data for p in w], [getattr(opt, n).tolist() for n in opt._STATE],
                         opt.steps))
     assert results[0] == results[1]
@@ -594,12 +599,7 @@ def test_train_step_reads_no_subclass_attribute_under_its_lock(attr):
         setattr(Peeking, attr, property(peek, put))
         opt = Peeking(w, lr=0.1, momentum=0.5)
         for _ in range(3):
-            if fused:
-                prog.train_step(rows, gw, opt)
-            else:
-                opt.zero_grad()
-                prog.map(rows, grad=gw)
-                opt.step()
+            _step(prog, rows, gw, opt, fused)
         results.append([p.data for p in w])
         assert opt.steps == 3
         assert ran or not fused
