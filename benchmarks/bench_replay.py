@@ -95,16 +95,23 @@ def pair(trees: "list[str]", n_ops: int, rounds: int) -> dict:
             mods.append(importlib.import_module(f"pygrad_ab{i}"))
         out = {}
         for plan in plans_of(n_ops):
-            programs = [m.compile(plan.build(m.Value)[0]) for m in mods]
-            times: "list[list[float]]" = [[] for _ in mods]
-            for r in range(rounds):
-                for i in (range(len(mods)) if r % 2 == 0 else reversed(range(len(mods)))):
-                    p = programs[i]
-                    t0 = time.perf_counter_ns()
-                    p.forward()
-                    p.backward()
-                    times[i].append((time.perf_counter_ns() - t0) / len(p))
-            out[plan.name] = times
+            roots = [plan.build(m.Value)[0] for m in mods]
+            programs = [m.compile(root) for m, root in zip(mods, roots)]
+            # an interior Value (a child of the root), read after each run in
+            # the "+ read" rows: what a loop that looks inside the graph pays
+            inner = [sorted(root._prev, key=lambda v: v.data)[0] for root in roots]
+            for read in (False, True):
+                times: "list[list[float]]" = [[] for _ in mods]
+                for r in range(rounds):
+                    for i in (range(len(mods)) if r % 2 == 0 else reversed(range(len(mods)))):
+                        p = programs[i]
+                        t0 = time.perf_counter_ns()
+                        p.forward()
+                        p.backward()
+                        if read:
+                            inner[i].data
+                        times[i].append((time.perf_counter_ns() - t0) / len(p))
+                out[plan.name + (" + read" if read else "")] = times
         return out
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -133,8 +140,9 @@ def versus(baseline: str, n_ops: int, rounds: int) -> None:
         m = medians[name]
         print(f"| {name} | {statistics.mean(m['this']):.1f} | {statistics.mean(m['base']):.1f} | "
               f"{r1:.3f} | {r2:.3f} | **{math.sqrt(r1 * r2):.3f}** |")
-    print(f"\nforward + backward per node, {rounds} rounds alternating in each of the two "
-          "processes; ratios are medians of the per-round ratios")
+    print(f"\nforward + backward per node (+ read: then one interior node's .data), {rounds} "
+          "rounds alternating in each of the two processes; ratios are medians of the "
+          "per-round ratios")
 
 
 def main() -> None:

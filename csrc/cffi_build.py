@@ -319,6 +319,8 @@ int pg_sweep_value(pg_sweep *s, uintptr_t out);
 uintptr_t pg_sweep_node_addr(const pg_sweep *s);
 void pg_zero_hidden_v(uintptr_t value);
 int32_t pg_backward_v(uintptr_t root, pg_sweep *sweep);
+int32_t pg_backward_resume_s(pg_sweep *s);
+void pg_sweep_restore_s(pg_sweep *s);
 int32_t pg_compile_v(uintptr_t root, pg_program *p, uintptr_t *bad);
 int32_t pg_batch_compile_v(uintptr_t outputs, uintptr_t inputs, pg_batch *b, uintptr_t *bad);
 int32_t pg_batch_step_l(pg_batch *b, const double *rows, size_t n, double *out, const double *w,
@@ -424,7 +426,7 @@ RELEASES_GIL = ("pg_backward", "pg_backward_resume", "pg_sweep_restore", "pg_swe
                 "pg_linear_layer", "pg_mlp", "pg_gather_data", "pg_gather_grad",
                 "pg_scatter_data", "pg_fill_grad", "pg_sgd_step", "pg_adam_step",
                 "pg_compile", "pg_program_forward", "pg_program_backward",
-                "pg_program_clear", "pg_batch_compile", "pg_batch_run", "pg_batch_clear")
+                "pg_batch_compile", "pg_batch_run", "pg_batch_clear")
 
 
 def gil_source(cdef: str) -> str:

@@ -82,10 +82,13 @@ typedef struct pg_node {
  * Python closure (a custom op, or a _backward set on a node later).
  * TRACED: the node is, or depends on, an input of a program being traced
  * (pygrad/token_programs.py): a node made over a TRACED child is TRACED,
- * and its number, which changes with every run, can't be read. */
+ * and its number, which changes with every run, can't be read.
+ * REPLAYED: an interior node of a compiled program, whose numbers a run
+ * writes back later (replay.c: deferred write-back). */
 #define PG_F_INT_EXPONENT 1
 #define PG_F_PY_BACKWARD 2
 #define PG_F_TRACED 4
+#define PG_F_REPLAYED 8
 
 /* Creators: each writes its new node(s) into `out` (the caller's memory:
  * one pg_node, or as many as it says) and returns 0, or PG_E_ARG (a NULL
@@ -242,7 +245,6 @@ void pg_program_write_back(pg_program *p, int on);
  * known[0..nknown) (PG_E_ARG: no program; PG_E_NOMEM). */
 int64_t pg_program_foreign_leaves(const pg_program *p, int flags, pg_node *const *known,
                                   uint32_t nknown);
-void pg_program_clear(pg_program *p);
 
 /* Batched replay (Program.map; csrc/batch.c): the graph below the outputs,
  * run over n rows of data for the input leaves (row-major, n x ninputs),
@@ -291,6 +293,18 @@ void pg_batch_clear(pg_batch *b);
 uint32_t pg_node_size(void);
 
 /* cdef-end */
+
+/* Replay's deferred write-back (replay.c), the binding's under the GIL:
+ * whether some run's numbers are not yet in their nodes; write them all
+ * back, the oldest run first; a compiled program joins the programs whose
+ * numbers are written back (its interior nodes marked PG_F_REPLAYED), and
+ * leaves them, its numbers written back first.  pg_program_clear frees a
+ * program that is not listed. */
+int pg_replay_pending(void);
+void pg_replay_settle(void);
+void pg_replay_enlist(pg_program *p);
+void pg_replay_unlist(pg_program *p);
+void pg_program_clear(pg_program *p);
 
 /* One training step in one call: the optimizer's parameters' grads set to
  * 0, pg_batch_run with the weights w, then the optimizer's step: the same

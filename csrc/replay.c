@@ -9,10 +9,12 @@
  * nodes spread over the memory Python allocated them in.  The nodes stay the truth the user
  * sees: forward() writes every node's data back, backward() every node's
  * grad, so Python Values of the graph (the loss, the scores) show the
- * replayed numbers; leaves are the user's own Values.  Where the sweep's
- * order jumps around memory (a random graph), those writes go after the
- * sweep, in the nodes' address order: in the sweep's order each would
- * miss the cache, which cost such a graph more than the sweep itself.
+ * replayed numbers; leaves are the user's own Values.  The root's
+ * numbers and the leaves' grads go back at once; the interior nodes' go
+ * back later, when something first reads or writes a node's numbers
+ * (deferred write-back, below), all in one pass in the nodes' address
+ * order: written in the sweep's order, each would miss the cache, and a
+ * random graph's write-back cost more than its sweeps.
  *
  * forward():  every step in order, from the leaves' current data.
  * backward(): what backward() does on a freshly built graph: interior
@@ -20,6 +22,7 @@
  *             their current grads, in the sweep's order).  Each step zeroes
  *             its own grad slot once used, so no separate pass clears them.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "node.h"
@@ -36,11 +39,14 @@ typedef struct flat {
     size_t nsteps;
     pg_steps run;             /* interior nodes, in topological order */
     pg_step *steps;
-    pg_node **step_node;      /* per step, its node */
-    int scattered;            /* write back after the sweeps (see far_in_memory) */
-    write_back *back;         /* per step, by node address; NULL: not after the sweeps */
-    write_back *backs;        /* (back when on) */
+    write_back *back;         /* per step, by node address */
     double *gout;             /* per step: its grad, for the write-back */
+    pg_node *root_node;       /* NULL if the root is a leaf */
+    int defer;                /* write the interior nodes' numbers back (deferred) */
+    _Atomic int pending;      /* PENDING_DATA | PENDING_GRAD: newer here than in the nodes */
+    _Atomic uint64_t stamp;   /* when it last ran (run_clock) */
+    struct flat *prev, *next; /* in `listed` (under the GIL) */
+    int is_listed;
     uint32_t *leaf;           /* leaf slots */
     pg_node **leaf_node;
     size_t nleaves;
@@ -58,7 +64,7 @@ static int plain(int op) { return pg_rules[op].arity > 0; }
 
 static void flat_free(flat *f) {
     if (f == NULL) return;
-    free(f->steps); free(f->step_node); free(f->backs); free(f->gout); free(f->leaf); free(f->leaf_node); free(f->d);
+    free(f->steps); free(f->back); free(f->gout); free(f->leaf); free(f->leaf_node); free(f->d);
     free(f->rows); free(f->x); free(f->gx); free(f->ones);
     free(f);
 }
@@ -101,29 +107,6 @@ static int far_apart(const pg_step *steps, size_t n, size_t nleaves) {
     return far * 20 > n;
 }
 
-/* Whether more than half the steps have their node over a page away from
- * the last step's.  Such a graph's numbers go back after each sweep, in
- * address order: step by step, each would miss the cache, and a random
- * 200k-op DAG (two thirds far) took 1.5x as long as with the extra pass.
- * Where steps' nodes mostly follow one another (a 200k-op chain: one
- * third far, as the allocator reuses freed blocks), writing in the sweep
- * overlaps its misses with the ops and is faster: the extra pass made it
- * 1.4x as long.  (benchmarks/bench_replay.py; memory bandwidth bounds both.) */
-static int far_in_memory(pg_node *const *node, size_t n) {
-    size_t far = 0;
-    for (size_t i = 1; i < n; i++) {
-        uintptr_t x = (uintptr_t)node[i - 1], y = (uintptr_t)node[i];
-        far += (x > y ? x - y : y - x) > 4096;
-    }
-    return far * 2 > n;
-}
-
-static void write_back_on(flat *f, int on) {
-    f->run.node = on && !f->scattered ? f->step_node : NULL;
-    f->run.gout = on && f->scattered ? f->gout : NULL;
-    f->back = on && f->scattered ? f->backs : NULL;
-}
-
 static int by_node_address(const void *a, const void *b) {
     uintptr_t x = (uintptr_t)((const write_back *)a)->node;
     uintptr_t y = (uintptr_t)((const write_back *)b)->node;
@@ -147,8 +130,7 @@ static int32_t lay_out(flat *f, const pg_layout *L) {
     }
     int32_t rc = 0;
     uint32_t *slot = NULL;     /* by the layout's slot */
-    if (!(PG_ALLOC(slot, n) && PG_ALLOC(f->steps, nsteps) && PG_ALLOC(f->step_node, nsteps) &&
-          PG_ALLOC(f->backs, nsteps) &&
+    if (!(PG_ALLOC(slot, n) && PG_ALLOC(f->steps, nsteps) && PG_ALLOC(f->back, nsteps) &&
           PG_ALLOC(f->gout, nsteps) &&
           PG_ALLOC(f->leaf, nleaves) && PG_ALLOC(f->leaf_node, nleaves) &&
           PG_ALLOC(f->d, 2 * (n + nconst)) && PG_ALLOC(f->rows, nrows) && PG_ALLOC(f->x, edges) &&
@@ -175,8 +157,7 @@ static int32_t lay_out(flat *f, const pg_layout *L) {
             f->leaf_node[lf++] = node;
             continue;
         }
-        f->step_node[st] = node;
-        f->backs[st] = (write_back){node, s, (uint32_t)st};
+        f->back[st] = (write_back){node, s, (uint32_t)st};
         pg_step *p = &f->steps[st++];
         p->op = node->op;
         p->fast = PG_FAST_NONE;
@@ -216,17 +197,20 @@ static int32_t lay_out(flat *f, const pg_layout *L) {
     f->root = rc == 0 ? slot[n - 1] : 0;
     if (rc == 0) {
         choose_fast(f->steps, nsteps);
-        f->scattered = far_in_memory(f->step_node, nsteps);
-        if (f->scattered) qsort(f->backs, nsteps, sizeof *f->backs, by_node_address);
+        f->root_node = nsteps > 0 ? f->back[nsteps - 1].node : NULL;
+        qsort(f->back, nsteps, sizeof *f->back, by_node_address);
     }
-    f->run = (pg_steps){nsteps, f->steps, NULL, NULL, f->rows,
+    f->defer = 1;
+    f->run = (pg_steps){nsteps, f->steps, NULL, f->gout, f->rows,
                         rc == 0 && far_apart(f->steps, nsteps, nleaves)};
-    if (rc == 0) write_back_on(f, 1);
     free(slot);
     return rc;
 }
 
+static int is_listed(const pg_program *p);
+
 int32_t pg_compile(pg_node *root, pg_program *p, pg_node **bad_node) {
+    if (p == NULL || is_listed(p)) return PG_E_ARG;
     pg_program_clear(p);
     pg_layout L;
     int32_t rc = pg_lay_out(&root, 1, &L, bad_node, 0);
@@ -255,15 +239,85 @@ static void read_leaves(flat *f) {
     }
 }
 
+/*
+ * Deferred write-back.  A run leaves its interior nodes' numbers in the
+ * program's arrays, says so in `pending` and stamps it; pg_replay_settle,
+ * which the binding calls before anything reads or writes a node's numbers
+ * (csrc/value_binding.h: settle), writes every pending program's numbers
+ * back, the oldest run first, so that where programs share nodes the
+ * last run's numbers stand, as if each run had written them as it went.
+ * Compiling marks each interior node PG_F_REPLAYED, so a .data or .grad
+ * read asks only for those nodes.  The list of programs and the settling
+ * are the binding's, under the GIL; a run, without it, touches only its
+ * own flat and these two counters.
+ */
+static _Atomic int any_pending;
+static _Atomic uint64_t run_clock;
+static flat *listed;
+enum { PENDING_DATA = 1, PENDING_GRAD = 2 };
+
+static void ran(flat *f, int what) {
+    if (!f->defer) return;
+    atomic_store(&f->stamp, atomic_fetch_add(&run_clock, 1));
+    atomic_fetch_or(&f->pending, what);
+    atomic_store(&any_pending, 1);
+}
+
+static void write_back_now(flat *f, int what) {
+    const write_back *w = f->back;
+    for (size_t i = 0, n = f->nsteps; i < n; i++) {
+        if (i + PG_FETCH_AHEAD < n) PG_PREFETCH(w[i + PG_FETCH_AHEAD].node);
+        if (what & PENDING_DATA) w[i].node->data = f->d[w[i].slot];
+        if (what & PENDING_GRAD) w[i].node->grad = f->gout[w[i].step];
+    }
+}
+
+int pg_replay_pending(void) { return atomic_load_explicit(&any_pending, memory_order_acquire); }
+
+void pg_replay_settle(void) {
+    if (!atomic_exchange(&any_pending, 0)) return;
+    for (;;) {       /* the oldest pending run first: usually one program */
+        flat *oldest = NULL;
+        uint64_t when = 0;
+        for (flat *f = listed; f != NULL; f = f->next) {
+            if (atomic_load(&f->pending) && (oldest == NULL || atomic_load(&f->stamp) < when)) {
+                oldest = f;
+                when = atomic_load(&f->stamp);
+            }
+        }
+        if (oldest == NULL) return;
+        write_back_now(oldest, atomic_exchange(&oldest->pending, 0));
+    }
+}
+
+void pg_replay_enlist(pg_program *p) {
+    flat *f = p != NULL ? p->impl : NULL;
+    if (f == NULL || f->is_listed) return;
+    for (size_t i = 0; i < f->nsteps; i++) f->back[i].node->flags |= PG_F_REPLAYED;
+    f->next = listed;
+    f->prev = NULL;
+    if (listed != NULL) listed->prev = f;
+    listed = f;
+    f->is_listed = 1;
+}
+
+void pg_replay_unlist(pg_program *p) {
+    flat *f = p != NULL ? p->impl : NULL;
+    if (f == NULL || !f->is_listed) return;
+    pg_replay_settle();
+    if (f->prev != NULL) f->prev->next = f->next;
+    else listed = f->next;
+    if (f->next != NULL) f->next->prev = f->prev;
+    f->prev = f->next = NULL;
+    f->is_listed = 0;
+}
+
 double pg_program_forward(pg_program *p) {
     flat *f = p->impl;
     read_leaves(f);
     pg_steps_forward(&f->run, f->d);
-    const write_back *w = f->back;
-    for (size_t i = 0, n = w != NULL ? f->nsteps : 0; i < n; i++) {
-        if (i + PG_FETCH_AHEAD < n) PG_PREFETCH(w[i + PG_FETCH_AHEAD].node);
-        w[i].node->data = f->d[w[i].slot];
-    }
+    if (f->defer && f->root_node != NULL) f->root_node->data = f->d[f->root];
+    ran(f, PENDING_DATA);
     return f->d[f->root];
 }
 
@@ -278,16 +332,13 @@ void pg_program_backward(pg_program *p) {
     }
     f->g[f->root] = 1.0;
     pg_steps_backward(&f->run, f->d, f->g);
-    const write_back *w = f->back;
-    for (size_t i = 0, n = w != NULL ? f->nsteps : 0; i < n; i++) {
-        if (i + PG_FETCH_AHEAD < n) PG_PREFETCH(w[i + PG_FETCH_AHEAD].node);
-        w[i].node->grad = f->gout[w[i].step];
-    }
     for (size_t j = 0; j < f->nleaves; j++) {
         fetch_leaf(f, j);
         f->leaf_node[j]->grad = f->g[f->leaf[j]];
         f->g[f->leaf[j]] = 0.0;
     }
+    if (f->defer && f->root_node != NULL) f->root_node->grad = f->gout[f->nsteps - 1];
+    ran(f, PENDING_GRAD);
 }
 
 uint32_t pg_program_size(const pg_program *p) { return (uint32_t)p->n; }
@@ -317,11 +368,17 @@ int64_t pg_program_foreign_leaves(const pg_program *p, int flags, pg_node *const
 
 void pg_program_write_back(pg_program *p, int on) {
     flat *f = p != NULL ? p->impl : NULL;
-    if (f != NULL) write_back_on(f, on);
+    if (f != NULL) f->defer = on;
 }
 
+static int is_listed(const pg_program *p) {
+    return p->impl != NULL && ((const flat *)p->impl)->is_listed;
+}
+
+/* (A listed program is the binding's to unlist first, under the GIL: it
+ * is left as it is.) */
 void pg_program_clear(pg_program *p) {
-    if (p == NULL) return;
+    if (p == NULL || is_listed(p)) return;
     flat_free(p->impl);
     p->impl = NULL;
     p->n = 0;

@@ -52,7 +52,10 @@
  *     in constant stack.  Sweeps, programs and batches are released by C
  *     (ffi.gc), with no finalizer or weak registry.  A sweep's release
  *     first puts back the grads it saved unless it was kept (pg_sweep_keep,
- *     once its last call has returned), then lets go of its hold.  Nothing
+ *     once its last call has returned), then lets go of its hold; a
+ *     program's first writes its last run's numbers back and leaves the
+ *     list of programs that settling walks (replay.c: deferred
+ *     write-back).  Nothing
  *     reads a Python object's reference count (a threaded run's job
  *     record, batch.c, counts its threads: the last one out frees it).
  *     What lives as long as the process: C's statics (pygrad's three types
@@ -260,7 +263,16 @@ typedef struct pg_valueobj {
  * convert(x, name) -> float, or raises the error a user should see. */
 static PyObject *number_converter;
 
+/* Replayed numbers not yet in their nodes go back before anything reads
+ * or writes a node's numbers (csrc/replay.c: deferred write-back): every
+ * call that takes a Value or a node list passes here first (as_value,
+ * as_list), and a .data or .grad read or write of a PG_F_REPLAYED node. */
+static void settle(void) {
+    if (pg_replay_pending()) pg_replay_settle();
+}
+
 static pg_valueobj *as_value(PyObject *o) {
+    settle();
     return o != NULL && PyObject_TypeCheck(o, value_type) ? (pg_valueobj *)o : NULL;
 }
 
@@ -299,6 +311,7 @@ static PyObject *get_number(PyObject *self, void *which) {
     pg_node *n = ((pg_valueobj *)self)->node;
     if (n == NULL) return no_node();
     if (tracers && tracing) return traced_number(which != NULL ? "grad" : "data", 0);
+    if (n->flags & PG_F_REPLAYED) settle();
     if (n->flags & PG_F_TRACED) {
         /* (a traced program's input, or made from one: pg_set_traced) */
         PyErr_Format(PyExc_ValueError,
@@ -345,6 +358,7 @@ static int set_number(PyObject *self, PyObject *x, void *which) {
         no_node();
         return -1;
     }
+    if (n->flags & PG_F_REPLAYED) settle();      /* (or a later settle would undo this) */
     if (which != NULL) n->grad = d;
     else n->data = d;
     return 0;
@@ -1078,6 +1092,7 @@ static int32_t pg_leaves_v(uintptr_t out, uintptr_t cls, const double *data, uin
 }
 
 static pg_listobj *as_list(PyObject *o) {
+    settle();
     return o != NULL && Py_IS_TYPE(o, list_type) ? (pg_listobj *)o : NULL;
 }
 
@@ -1540,12 +1555,14 @@ static void let_go(void **hold) {
 
 static void pg_sweep_release(pg_sweep *s) {
     if (s == NULL) return;
+    settle();
     pg_sweep_clear(s);
     let_go(&s->hold);
 }
 
 static void pg_program_release(pg_program *p) {
     if (p == NULL) return;
+    pg_replay_unlist(p);                  /* (its numbers written back first) */
     pg_program_clear(p);
     let_go(&p->hold);
 }
@@ -1554,6 +1571,23 @@ static void pg_batch_release(pg_batch *b) {
     if (b == NULL) return;
     pg_batch_clear(b);
     let_go(&b->hold);
+}
+
+/* pg_backward_resume and pg_sweep_restore for Python: the closure that ran
+ * before may have run a compiled program, whose numbers go back first. */
+static int32_t pg_backward_resume_s(pg_sweep *s) {
+    settle();
+    PyThreadState *save = PyEval_SaveThread();
+    int32_t rc = pg_backward_resume(s);
+    PyEval_RestoreThread(save);
+    return rc;
+}
+
+static void pg_sweep_restore_s(pg_sweep *s) {
+    settle();
+    PyThreadState *save = PyEval_SaveThread();
+    pg_sweep_restore(s);
+    PyEval_RestoreThread(save);
 }
 
 /* Backward from Value root (pg_backward), or PG_E_BUSY (nothing done)
@@ -1589,12 +1623,14 @@ static int32_t pg_compile_v(uintptr_t root, pg_program *p, uintptr_t *bad) {
     PyObject *owner = (PyObject *)v->owner;
     Py_INCREF(owner);
     if (p != NULL) take_hold(&p->hold, owner);
+    pg_replay_unlist(p);                  /* (compiled again: its numbers go back first) */
     pg_node *found = NULL;
     PyThreadState *save = PyEval_SaveThread();
     int32_t rc = pg_compile(v->node, p, &found);
     PyEval_RestoreThread(save);
     Py_DECREF(owner);
     tell_bad(found, bad);
+    if (rc == 0) pg_replay_enlist(p);
     return rc;
 }
 

@@ -59,12 +59,12 @@ def record_backward(root: Value) -> int:
             fn = v.__dict__.get("_backward")
             if fn is not None:     # None: never set, micrograd's `lambda: None`
                 fn()
-            rc = lib.pg_backward_resume(sweep)
+            rc = lib.pg_backward_resume_s(sweep)
         if rc == 0:
             # Kept only now: a Ctrl-C that came during the last call rose
             # as it returned, and the grads went back.
             lib.pg_sweep_keep(sweep)
         return rc
     finally:
-        lib.pg_sweep_restore(sweep)        # nothing, once kept
+        lib.pg_sweep_restore_s(sweep)      # nothing, once kept
         del root

@@ -41,7 +41,9 @@ both).  Each is one rule; the forms it takes are listed under it.
    are released by C (``ffi.gc``), with no finalizer or weak registry.  A
    sweep's release first puts back the grads it saved unless it was kept
    (``pg_sweep_keep``, once its last call has returned), then lets go of
-   its hold.  Nothing reads a Python object's reference count (a threaded
+   its hold; a program's first writes its last run's numbers back and
+   leaves the list of programs that settling walks (replay's deferred
+   write-back).  Nothing reads a Python object's reference count (a threaded
    run's job record counts its threads: the last one out frees it).  What
    lives as long as the process: C's statics (pygrad's three C types,
    ``set.__new__`` and engine's callbacks: the number converter,

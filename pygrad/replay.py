@@ -11,7 +11,8 @@
 The leaves stay your own Values: change their ``.data`` (an optimizer, or
 ``Inputs.set`` for a new minibatch) and ``forward()`` recomputes every node
 in C, with no Python code per node.  The graph's own Values (``loss``,
-intermediate scores) show the replayed numbers.  ``backward()`` does what
+intermediate scores) show the replayed numbers (the interior nodes' go back
+when something first reads or writes one: csrc/replay.c).  ``backward()`` does what
 ``backward()`` does on a freshly built graph, so a replayed training loop
 gives bit-identical losses and parameters to rebuilding the graph each step.
 
