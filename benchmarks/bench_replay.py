@@ -99,7 +99,8 @@ def pair(trees: "list[str]", n_ops: int, rounds: int) -> dict:
             programs = [m.compile(root) for m, root in zip(mods, roots)]
             # an interior Value (a child of the root), read after each run in
             # the "+ read" rows: what a loop that looks inside the graph pays
-            inner = [sorted(root._prev, key=lambda v: v.data)[0] for root in roots]
+            inner = [next(v for v in sorted(root._prev, key=lambda v: v.data) if v._prev)
+                     for root in roots]
             for read in (False, True):
                 times: "list[list[float]]" = [[] for _ in mods]
                 for r in range(rounds):

@@ -266,7 +266,12 @@ static void ran(flat *f, int what) {
 static void write_back_now(flat *f, int what) {
     const write_back *w = f->back;
     for (size_t i = 0, n = f->nsteps; i < n; i++) {
-        if (i + PG_FETCH_AHEAD < n) PG_PREFETCH(w[i + PG_FETCH_AHEAD].node);
+        if (i + PG_FETCH_AHEAD < n) {
+            const write_back *ahead = &w[i + PG_FETCH_AHEAD];
+            PG_PREFETCH(ahead->node);
+            PG_PREFETCH(&f->d[ahead->slot]);
+            PG_PREFETCH(&f->gout[ahead->step]);
+        }
         if (what & PENDING_DATA) w[i].node->data = f->d[w[i].slot];
         if (what & PENDING_GRAD) w[i].node->grad = f->gout[w[i].step];
     }
