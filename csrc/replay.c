@@ -44,7 +44,7 @@ typedef struct flat {
     pg_node *root_node;       /* NULL if the root is a leaf */
     int defer;                /* write the interior nodes' numbers back (deferred) */
     _Atomic int pending;      /* PENDING_DATA | PENDING_GRAD: newer here than in the nodes */
-    _Atomic uint64_t stamp;   /* when it last ran (run_clock) */
+    _Atomic uint64_t stamp[2];  /* when forward [0] and backward [1] last ran (run_clock) */
     struct flat *prev, *next; /* in `listed` (under the GIL) */
     int is_listed;
     uint32_t *leaf;           /* leaf slots */
@@ -241,11 +241,12 @@ static void read_leaves(flat *f) {
 
 /*
  * Deferred write-back.  A run leaves its interior nodes' numbers in the
- * program's arrays, says so in `pending` and stamps it; pg_replay_settle,
- * which the binding calls before anything reads or writes a node's numbers
- * (csrc/value_binding.h: settle), writes every pending program's numbers
- * back, the oldest run first, so that where programs share nodes the
- * last run's numbers stand, as if each run had written them as it went.
+ * program's arrays, says so in `pending` and stamps it (forward its data,
+ * backward its grads); pg_replay_settle, which the binding calls before
+ * anything reads or writes a node's numbers (csrc/value_binding.h:
+ * settle), writes every pending program's numbers back, the oldest run
+ * first, so that where programs share nodes the last run's numbers stand,
+ * as if each run had written them as it went.
  * Compiling marks each interior node PG_F_REPLAYED, so a .data or .grad
  * read asks only for those nodes.  The list of programs and the settling
  * are the binding's, under the GIL; a run, without it, touches only its
@@ -258,7 +259,7 @@ enum { PENDING_DATA = 1, PENDING_GRAD = 2 };
 
 static void ran(flat *f, int what) {
     if (!f->defer) return;
-    atomic_store(&f->stamp, atomic_fetch_add(&run_clock, 1));
+    atomic_store(&f->stamp[what == PENDING_GRAD], atomic_fetch_add(&run_clock, 1));
     atomic_fetch_or(&f->pending, what);
     atomic_store(&any_pending, 1);
 }
@@ -279,19 +280,39 @@ static void write_back_now(flat *f, int what) {
 
 int pg_replay_pending(void) { return atomic_load_explicit(&any_pending, memory_order_acquire); }
 
+/* A program's pending numbers of one kind (PENDING_DATA or _GRAD), and
+ * when the run that made them ended. */
+typedef struct pending_run {
+    flat *f;
+    int what;
+    uint64_t when;
+} pending_run;
+
+static void consider(pending_run *first, pending_run *second, flat *f, int what) {
+    pending_run r = {f, what, atomic_load(&f->stamp[what == PENDING_GRAD])};
+    if (first->f == NULL || r.when < first->when) {
+        *second = *first;
+        *first = r;
+    } else if (second->f == NULL || r.when < second->when) {
+        *second = r;
+    }
+}
+
 void pg_replay_settle(void) {
     if (!atomic_exchange(&any_pending, 0)) return;
-    for (;;) {       /* the oldest pending run first: usually one program */
-        flat *oldest = NULL;
-        uint64_t when = 0;
+    for (;;) {       /* the oldest pending run first: usually one program's two */
+        pending_run first = {NULL, 0, 0}, second = {NULL, 0, 0};
         for (flat *f = listed; f != NULL; f = f->next) {
-            if (atomic_load(&f->pending) && (oldest == NULL || atomic_load(&f->stamp) < when)) {
-                oldest = f;
-                when = atomic_load(&f->stamp);
-            }
+            int pending = atomic_load(&f->pending);
+            if (pending & PENDING_DATA) consider(&first, &second, f, PENDING_DATA);
+            if (pending & PENDING_GRAD) consider(&first, &second, f, PENDING_GRAD);
         }
-        if (oldest == NULL) return;
-        write_back_now(oldest, atomic_exchange(&oldest->pending, 0));
+        if (first.f == NULL) return;
+        /* one pass for both kinds where no other run came between them */
+        int what = first.what | (second.f == first.f ? second.what : 0);
+        /* (taken before the numbers are read: a run that ends meanwhile
+         * marks them again, for the next settle) */
+        write_back_now(first.f, atomic_fetch_and(&first.f->pending, ~what) & what);
     }
 }
 
@@ -317,8 +338,11 @@ void pg_replay_unlist(pg_program *p) {
     f->is_listed = 0;
 }
 
+/* (A released program runs nothing: Python refuses it first, replay.py's
+ * alive.) */
 double pg_program_forward(pg_program *p) {
-    flat *f = p->impl;
+    flat *f = p != NULL ? p->impl : NULL;
+    if (f == NULL) return 0.0 / 0.0;
     read_leaves(f);
     pg_steps_forward(&f->run, f->d);
     if (f->defer && f->root_node != NULL) f->root_node->data = f->d[f->root];
@@ -327,7 +351,8 @@ double pg_program_forward(pg_program *p) {
 }
 
 void pg_program_backward(pg_program *p) {
-    flat *f = p->impl;
+    flat *f = p != NULL ? p->impl : NULL;
+    if (f == NULL) return;
     /* The leaves' current data, as node rules would read, and grads. */
     for (size_t j = 0; j < f->nleaves; j++) {
         fetch_leaf(f, j);

@@ -210,7 +210,7 @@ class Program:
         if self._program is None:
             raise TypeError(f"{what} replays one output; this program has "
                             f"{len(self._outputs)}: use map()")
-        return self._program
+        return alive(self._program)
 
     def forward(self) -> float:
         """Recompute every node from the leaves' current data; returns the
@@ -389,6 +389,17 @@ def _values(values: Any, what: str) -> Tuple[Value, ...]:
             raise not_a_number(v, f"{what} must be pygrad.Values (C engine), not "
                                   f"{type(v).__name__}")
     return out
+
+
+def alive(program: Any) -> Any:
+    """``program`` (a compiled ``pg_program``), or a RuntimeError if it was
+    freed: the collector frees a Program in a reference cycle, and a
+    ``__del__`` in the same garbage may run it after."""
+    if program.impl == ffi.NULL:
+        raise RuntimeError("pygrad: this Program was freed by the collector (it was in a "
+                           "reference cycle, and a __del__ in the same garbage ran it "
+                           "afterwards): keep the Program reachable while you use it")
+    return program
 
 
 def _run_failed(rc: int, what: str) -> None:

@@ -37,7 +37,7 @@ from ._lifetime import Packed, pack
 from ._node_factory import make_leaves
 from .engine import Value
 from .functional import detached_max, dot
-from .replay import CallLock, check_compile
+from .replay import CallLock, alive, check_compile
 
 __all__ = ["Token", "embed", "pick", "detached_max", "per_length", "PerLength"]
 
@@ -128,10 +128,11 @@ class _Compiled:
     def run(self, ids: Sequence[int], backward: bool) -> float:
         """The loss of ``ids``, and with ``backward`` its gradient (the
         caller holds the PerLength's lock)."""
+        program = alive(self.program)
         self.set_tokens(ids)
-        loss = lib.pg_program_forward(self.program)
+        loss = lib.pg_program_forward(program)
         if backward:
-            lib.pg_program_backward(self.program)
+            lib.pg_program_backward(program)
         return loss
 
 

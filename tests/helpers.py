@@ -174,3 +174,23 @@ def interrupt_at_every_line(call, modules) -> int:
             assert [bits(x) for x in got] == expected
             return line
 
+
+# -- micrograd's own loops ----------------------------------------------------
+
+def micrograd_backward(root):
+    """micrograd's own backward(): a topological order through _prev (by
+    object), each node's _backward() in reverse."""
+    topo, seen = [], set()
+
+    def build(v):
+        if v not in seen:
+            seen.add(v)
+            for c in v._prev:
+                build(c)
+            topo.append(v)
+    build(root)
+    for v in topo:
+        v.grad = 0.0
+    root.grad = 1.0
+    for v in reversed(topo):
+        v._backward()

@@ -26,7 +26,7 @@ from pygrad import reference
 from pygrad.replay import Inputs
 
 import internals
-from helpers import run_python
+from helpers import micrograd_backward, run_python
 
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork()")
 needs_signals = pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="needs SIGUSR1")
@@ -34,25 +34,6 @@ needs_signals = pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="needs
 
 def ids(values):
     return {id(v) for v in values}
-
-
-def micrograd_backward(root):
-    """micrograd's own backward(): a topological order through _prev (by
-    object), each node's _backward() in reverse."""
-    topo, seen = [], set()
-
-    def build(v):
-        if v not in seen:
-            seen.add(v)
-            for c in v._prev:
-                build(c)
-            topo.append(v)
-    build(root)
-    for v in topo:
-        v.grad = 0.0
-    root.grad = 1.0
-    for v in reversed(topo):
-        v._backward()
 
 
 # --- 1. _prev: the C getset and its cache -------------------------------------
