@@ -245,6 +245,10 @@ void pg_program_write_back(pg_program *p, int on);
  * known[0..nknown) (PG_E_ARG: no program; PG_E_NOMEM). */
 int64_t pg_program_foreign_leaves(const pg_program *p, int flags, pg_node *const *known,
                                   uint32_t nknown);
+/* Every grad slot back to 0, as between runs: for a forked child whose
+ * copy of the program another thread was running at the fork (its sweep's
+ * grads half made, pygrad/replay.py: CallLock). */
+void pg_program_reset(pg_program *p);
 
 /* Batched replay (Program.map; csrc/batch.c): the graph below the outputs,
  * run over n rows of data for the input leaves (row-major, n x ninputs),

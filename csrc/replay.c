@@ -244,13 +244,16 @@ static void read_leaves(flat *f) {
  * program's arrays, says so in `pending` and stamps it (forward its data,
  * backward its grads); pg_replay_settle, which the binding calls before
  * anything reads or writes a node's numbers (csrc/value_binding.h:
- * settle), writes every pending program's numbers back, the oldest run
+ * settle_replays), writes every pending program's numbers back, the oldest run
  * first, so that where programs share nodes the last run's numbers stand,
  * as if each run had written them as it went.
  * Compiling marks each interior node PG_F_REPLAYED, so a .data or .grad
  * read asks only for those nodes.  The list of programs and the settling
- * are the binding's, under the GIL; a run, without it, touches only its
- * own flat and these two counters.
+ * are the binding's, under the GIL; a run, without it, writes its own flat
+ * and these counters.  A settle while another thread runs a program reads
+ * that program's arrays as the run writes them (a mix of two runs, as an
+ * eager write-back showed mid-run): the run marks them pending again as it
+ * ends, and the next settle writes the whole run.
  */
 static _Atomic int any_pending;
 static _Atomic uint64_t run_clock;
@@ -399,6 +402,13 @@ int64_t pg_program_foreign_leaves(const pg_program *p, int flags, pg_node *const
 void pg_program_write_back(pg_program *p, int on) {
     flat *f = p != NULL ? p->impl : NULL;
     if (f != NULL) f->defer = on;
+}
+
+void pg_program_reset(pg_program *p) {
+    flat *f = p != NULL ? p->impl : NULL;
+    if (f == NULL) return;
+    for (size_t s = 0; s < f->n; s++) f->g[2 * s] = 0.0;
+    atomic_store(&f->pending, 0);       /* (a run cut short: nothing of it to write back) */
 }
 
 static int is_listed(const pg_program *p) {

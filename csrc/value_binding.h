@@ -42,15 +42,17 @@
  *     it.  Where pygrad itself makes a big batch of Values in one call
  *     (grad(create_graph=True), a trace), it pauses the process's
  *     collector for that call, for speed only: it turns it back on only if
- *     it was on, and a forked child turns it back on (no thread there
- *     would).
+ *     it was on when the call began, and a forked child turns it back on
+ *     (no thread there would).
  *  4. Freeing is reference counting, without recursion, and runs none
  *     of pygrad's Python (a Value's own __del__ or weakref callbacks run
  *     as CPython's dealloc runs them).  A node object's references are let go through a per-thread
  *     list, and a Value's (its operands) through CPython's trashcan, which
  *     bounds every Python subclass's dealloc: a chain of any length frees
  *     in constant stack.  Sweeps, programs and batches are released by C
- *     (ffi.gc), with no finalizer or weak registry.  A sweep's release
+ *     (ffi.gc), with no finalizer or weak registry (a released program may
+ *     still be reached from its cycle's __del__: every run checks
+ *     replay.py's alive first).  A sweep's release
  *     first puts back the grads it saved unless it was kept (pg_sweep_keep,
  *     once its last call has returned), then lets go of its hold; a
  *     program's first writes its last run's numbers back and leaves the
@@ -80,7 +82,8 @@
  *     key), names one node while whoever keyed it holds the Value.
  *  6. A lock guards what threads share, held only while C (or pygrad's
  *     own bookkeeping) runs, never across user code.  The GIL guards node
- *     objects, reference counts and flags: cffi's calls keep it (cffi's
+ *     objects, reference counts, flags and the list of compiled programs
+ *     that settling walks (replay.c): cffi's calls keep it (cffi's
  *     default is to let it go: csrc/cffi_build.py turns that off) but
  *     the long ones of its RELEASES_GIL, and this file's long calls
  *     (backward, compile, a batch's compile and step, hvp, bulk reads and
@@ -99,8 +102,10 @@
  *     every run (forward, backward, map, train_step, per_length's calls),
  *     and is a RuntimeError, not a wait, when the thread that holds it
  *     calls again.  A forked child finds the sweep lock free, remakes each
- *     CallLock on first use (under replay's _remaking lock), turns the
- *     collector back on and counts no tracing thread (pg_after_fork_in_child).
+ *     CallLock on first use (under replay's _remaking lock; a program
+ *     another thread was running at the fork has its grads reset then:
+ *     pg_program_reset), turns the collector back on and counts only the
+ *     forking thread's own trace (pg_after_fork_in_child).
  *     What may call back (an lr schedule, a loss function to trace, your
  *     own optimizer's methods) runs before a lock is taken or after; what
  *     pygrad reads before taking a CallLock (an optimizer's step count, the
@@ -110,7 +115,8 @@
  *     a length).  Unguarded by design: a node's numbers outside a locked walk,
  *     a closure sweep's rules included (they race as floats do: two such
  *     sweeps over shared nodes may lose each other's additions, as two
- *     threads' += do in micrograd).
+ *     threads' += do in micrograd), and a program's arrays, which settling
+ *     (replay.c) may read while another thread's run writes them.
  *
  * Python calls these with the GIL held (cffi keeps it for them) and
  * passes objects by id(), which is their address in CPython (pygrad
@@ -267,12 +273,12 @@ static PyObject *number_converter;
  * or writes a node's numbers (csrc/replay.c: deferred write-back): every
  * call that takes a Value or a node list passes here first (as_value,
  * as_list), and a .data or .grad read or write of a PG_F_REPLAYED node. */
-static void settle(void) {
+static void settle_replays(void) {
     if (pg_replay_pending()) pg_replay_settle();
 }
 
 static pg_valueobj *as_value(PyObject *o) {
-    settle();
+    settle_replays();
     return o != NULL && PyObject_TypeCheck(o, value_type) ? (pg_valueobj *)o : NULL;
 }
 
@@ -311,7 +317,7 @@ static PyObject *get_number(PyObject *self, void *which) {
     pg_node *n = ((pg_valueobj *)self)->node;
     if (n == NULL) return no_node();
     if (tracers && tracing) return traced_number(which != NULL ? "grad" : "data", 0);
-    if (n->flags & PG_F_REPLAYED) settle();
+    if (n->flags & PG_F_REPLAYED) settle_replays();
     if (n->flags & PG_F_TRACED) {
         /* (a traced program's input, or made from one: pg_set_traced) */
         PyErr_Format(PyExc_ValueError,
@@ -358,7 +364,7 @@ static int set_number(PyObject *self, PyObject *x, void *which) {
         no_node();
         return -1;
     }
-    if (n->flags & PG_F_REPLAYED) settle();      /* (or a later settle would undo this) */
+    if (n->flags & PG_F_REPLAYED) settle_replays();      /* (or a later settle would undo this) */
     if (which != NULL) n->grad = d;
     else n->data = d;
     return 0;
@@ -1092,7 +1098,7 @@ static int32_t pg_leaves_v(uintptr_t out, uintptr_t cls, const double *data, uin
 }
 
 static pg_listobj *as_list(PyObject *o) {
-    settle();
+    settle_replays();
     return o != NULL && Py_IS_TYPE(o, list_type) ? (pg_listobj *)o : NULL;
 }
 
@@ -1555,7 +1561,7 @@ static void let_go(void **hold) {
 
 static void pg_sweep_release(pg_sweep *s) {
     if (s == NULL) return;
-    settle();
+    settle_replays();
     pg_sweep_clear(s);
     let_go(&s->hold);
 }
@@ -1576,7 +1582,7 @@ static void pg_batch_release(pg_batch *b) {
 /* pg_backward_resume and pg_sweep_restore for Python: the closure that ran
  * before may have run a compiled program, whose numbers go back first. */
 static int32_t pg_backward_resume_s(pg_sweep *s) {
-    settle();
+    settle_replays();
     PyThreadState *save = PyEval_SaveThread();
     int32_t rc = pg_backward_resume(s);
     PyEval_RestoreThread(save);
@@ -1584,7 +1590,7 @@ static int32_t pg_backward_resume_s(pg_sweep *s) {
 }
 
 static void pg_sweep_restore_s(pg_sweep *s) {
-    settle();
+    settle_replays();
     PyThreadState *save = PyEval_SaveThread();
     pg_sweep_restore(s);
     PyEval_RestoreThread(save);

@@ -32,13 +32,16 @@ both).  Each is one rule; the forms it takes are listed under it.
    makes for its hidden nodes) are collected as any.  Where pygrad itself
    makes a big batch of Values in one call (``grad(create_graph=True)``,
    a trace), it pauses the process's collector for that call, for speed
-   only (back on only if it was on; a forked child turns it back on).
+   only (back on only if it was on when the call began; a forked child
+   turns it back on).
 4. **Freeing is reference counting, without recursion, and runs none of
    pygrad's Python** (a Value's own ``__del__`` or weakref callbacks run
    as CPython runs them): a node object's references are let go through
    a per-thread list, and a Value's through CPython's trashcan, so a chain
    of any length frees in constant stack; sweeps, programs and batches
-   are released by C (``ffi.gc``), with no finalizer or weak registry.  A
+   are released by C (``ffi.gc``), with no finalizer or weak registry (a
+   released program may still be reached from its cycle's ``__del__``:
+   every run checks ``replay.alive`` first).  A
    sweep's release first puts back the grads it saved unless it was kept
    (``pg_sweep_keep``, once its last call has returned), then lets go of
    its hold; a program's first writes its last run's numbers back and
@@ -62,7 +65,8 @@ both).  Each is one rule; the forms it takes are listed under it.
    keyed it holds the Value.
 6. **A lock guards what threads share, held only while C (or pygrad's
    own bookkeeping) runs, never across user code**: the GIL (node
-   objects, reference counts and flags; cffi's calls keep it, but those
+   objects, reference counts, flags and the list of compiled programs that
+   settling walks; cffi's calls keep it, but those
    csrc/cffi_build.py lists in ``RELEASES_GIL`` and the binding's own
    long calls (backward, compile, a batch's compile and step, hvp, bulk
    reads and writes, optimizer steps), which let it go after taking their
@@ -76,7 +80,9 @@ both).  Each is one rule; the forms it takes are listed under it.
    ``CallLock`` (their buffers; a RuntimeError when the holding thread
    calls again).  A forked child finds the sweep lock free, remakes each
    CallLock on first use (under replay's ``_remaking`` lock), turns the
-   collector back on and counts no tracing thread.  What may call back (an
+   collector back on and counts only the forking thread's own trace; a
+   program another thread was running at the fork has its grads reset at
+   its first use there.  What may call back (an
    lr schedule, a loss function to trace, your own optimizer's methods)
    runs before a lock is taken or after; what pygrad reads before taking a
    CallLock (an optimizer's step count, the lr) is checked again under it,
@@ -85,7 +91,9 @@ both).  Each is one rule; the forms it takes are listed under it.
    table, per_length's program for a length).  Unguarded by design: a node's numbers outside
    a locked walk, a closure sweep's rules included (they race as floats
    do: two threads' sweeps with a closure below, over shared nodes, may
-   lose each other's additions, as two threads' ``+=`` do in micrograd).
+   lose each other's additions, as two threads' ``+=`` do in micrograd),
+   and a program's arrays, which settling (replay's deferred write-back)
+   may read while another thread's run writes them.
 
 Bulk calls (optimizers, ``Program``, fused layers) take a *node list*
 (``pack``): the nodes of many Values, held by an object of pygrad's own

@@ -108,20 +108,27 @@ class CallLock:
     wait, when the holding thread calls again (a signal handler, or a
     callback run during the call)."""
 
-    __slots__ = ("_lock", "_forks", "_busy")
+    __slots__ = ("_lock", "_forks", "_busy", "_cut_short")
 
-    def __init__(self, busy: str) -> None:
+    def __init__(self, busy: str, cut_short: Optional[Any] = None) -> None:
         self._lock = threading.RLock()
         self._forks = _forks[0]
         self._busy = busy
+        # called in a forked child whose copy of the lock another thread
+        # held at the fork: its C call's buffers are half made there
+        self._cut_short = cut_short
 
     def free(self) -> Any:
         """The lock, to hold with ``with`` (see the class)."""
         if self._forks != _forks[0]:
             with _remaking:         # a forked child: a new lock, made once
                 if self._forks != _forks[0]:
+                    # (the copy: taken here unless another thread held it at the fork)
+                    cut_short = not self._lock.acquire(blocking=False)
                     self._lock = threading.RLock()
                     self._forks = _forks[0]
+                    if cut_short and self._cut_short is not None:
+                        self._cut_short()
         lock: Any = self._lock          # Any: the stubs' RLock has no _is_owned
         # Only this thread can make this true: a handler that runs after
         # the check and calls again takes the lock and frees it again.
@@ -154,7 +161,7 @@ class Program:
             "Program is busy in this thread: a signal handler or callback called it while it "
             "runs (forward, backward, map or train_step), which would wait for itself "
             "forever. Call it after the running call returns (e.g. have the handler set a "
-            "flag), or use another Program compiled from the same graph")
+            "flag), or use another Program compiled from the same graph", self._reset)
         self._threads: Optional[int] = None
         if single is not None:
             # Made empty and released in C (ffi.gc) first: nothing is lost
@@ -205,6 +212,11 @@ class Program:
     def inputs(self) -> Optional[Tuple[Value, ...]]:
         """The leaves that ``map`` sets from each row, or None."""
         return self._inputs
+
+    def _reset(self) -> None:
+        # (a forked child: a run of another thread's was cut short at the fork)
+        if self._program is not None:
+            lib.pg_program_reset(self._program)
 
     def _single(self, what: str) -> Any:
         if self._program is None:

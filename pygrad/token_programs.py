@@ -159,7 +159,12 @@ class PerLength:
         self._lock = CallLock(
             "this per_length is busy in this thread: a signal handler or callback (an lr "
             "schedule) called it while it runs, which would wait for itself forever. Call it "
-            "after the running call returns (e.g. have the handler set a flag)")
+            "after the running call returns (e.g. have the handler set a flag)", self._reset)
+
+    def _reset(self) -> None:
+        # (a forked child: a run of another thread's was cut short at the fork)
+        for c in list(self._programs.values()):
+            lib.pg_program_reset(c.program)
 
     @property
     def vocab(self) -> int:

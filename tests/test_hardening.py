@@ -297,6 +297,58 @@ def test_a_forked_child_can_use_a_program_whose_lock_was_held():
     assert out.strip() == "0"
 
 
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork()")
+def test_a_forked_child_resets_a_program_another_thread_was_running():
+    """fork() while another thread holds a Program's lock (its run cut
+    short in the child, grads half made): the child's first call resets the
+    program's grads first (pg_program_reset) and replays as a fresh graph;
+    a lock the forking thread itself held resets nothing."""
+    out = run_python("""
+        import os, threading
+        import pygrad
+        from pygrad import Value
+        a, b = Value(0.5), Value(-1.5)
+        y = (a * b + a).tanh() * b
+        prog = pygrad.compile(y)
+        calls = []
+        reset = prog._lock._cut_short
+        prog._lock._cut_short = lambda: (calls.append(1), reset())
+        held, done = threading.Event(), threading.Event()
+
+        def runner():                   # as a run in C would hold it
+            with prog._lock.free():
+                held.set()
+                done.wait(60)
+
+        t = threading.Thread(target=runner)
+        t.start()
+        held.wait(60)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                a.grad = b.grad = 0.0
+                prog.forward()
+                prog.backward()
+                fa, fb = Value(0.5), Value(-1.5)
+                ((fa * fb + fa).tanh() * fb).backward()
+                code = 0 if calls == [1] and (a.grad, b.grad) == (fa.grad, fb.grad) else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        done.set()
+        t.join()
+        print(os.WEXITSTATUS(status))
+        with prog._lock.free():         # the forking thread holds it: nothing cut short
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0 if (prog.forward(), calls) == (y.data, []) else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.WEXITSTATUS(status))
+    """, timeout=60)
+    assert out.split() == ["0", "0"]
+
+
 # --- 10. a Ctrl-C during the lazy numpy import -------------------------------
 
 # Each point broke numpy differently: "cannot load module more than once per
