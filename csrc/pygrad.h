@@ -299,12 +299,12 @@ uint32_t pg_node_size(void);
 /* cdef-end */
 
 /* Replay's deferred write-back (replay.c), the binding's under the GIL:
- * whether some run's numbers are not yet in their nodes; write them all
+ * whether some run's numbers are not yet in their nodes (nonzero); write them all
  * back, the oldest run first; a compiled program joins the programs whose
  * numbers are written back (its interior nodes marked PG_F_REPLAYED), and
  * leaves them, its numbers written back first.  pg_program_clear frees a
  * program that is not listed. */
-int pg_replay_pending(void);
+extern _Atomic int pg_replay_any_pending;   /* (read inline: every binding call asks) */
 void pg_replay_settle(void);
 void pg_replay_enlist(pg_program *p);
 void pg_replay_unlist(pg_program *p);

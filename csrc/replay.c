@@ -255,7 +255,7 @@ static void read_leaves(flat *f) {
  * eager write-back showed mid-run): the run marks them pending again as it
  * ends, and the next settle writes the whole run.
  */
-static _Atomic int any_pending;
+_Atomic int pg_replay_any_pending;
 static _Atomic uint64_t run_clock;
 static flat *listed;
 enum { PENDING_DATA = 1, PENDING_GRAD = 2 };
@@ -264,7 +264,7 @@ static void ran(flat *f, int what) {
     if (!f->defer) return;
     atomic_store(&f->stamp[what == PENDING_GRAD], atomic_fetch_add(&run_clock, 1));
     atomic_fetch_or(&f->pending, what);
-    atomic_store(&any_pending, 1);
+    atomic_store(&pg_replay_any_pending, 1);
 }
 
 static void write_back_now(flat *f, int what) {
@@ -280,8 +280,6 @@ static void write_back_now(flat *f, int what) {
         if (what & PENDING_GRAD) w[i].node->grad = f->gout[w[i].step];
     }
 }
-
-int pg_replay_pending(void) { return atomic_load_explicit(&any_pending, memory_order_acquire); }
 
 /* A program's pending numbers of one kind (PENDING_DATA or _GRAD), and
  * when the run that made them ended. */
@@ -302,7 +300,7 @@ static void consider(pending_run *first, pending_run *second, flat *f, int what)
 }
 
 void pg_replay_settle(void) {
-    if (!atomic_exchange(&any_pending, 0)) return;
+    if (!atomic_exchange(&pg_replay_any_pending, 0)) return;
     for (;;) {       /* the oldest pending run first: usually one program's two */
         pending_run first = {NULL, 0, 0}, second = {NULL, 0, 0};
         for (flat *f = listed; f != NULL; f = f->next) {

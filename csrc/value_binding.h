@@ -274,7 +274,7 @@ static PyObject *number_converter;
  * call that takes a Value or a node list passes here first (as_value,
  * as_list), and a .data or .grad read or write of a PG_F_REPLAYED node. */
 static void settle_replays(void) {
-    if (pg_replay_pending()) pg_replay_settle();
+    if (pg_replay_any_pending) pg_replay_settle();
 }
 
 static pg_valueobj *as_value(PyObject *o) {
