@@ -40,6 +40,8 @@ typedef struct flat {
     pg_steps run;             /* interior nodes, in topological order */
     pg_step *steps;
     write_back *back;         /* per step, by node address */
+    write_back *hidden;       /* the SUB and DIV steps (their hidden grad: ops.c) */
+    size_t nhidden;
     double *gout;             /* per step: its grad, for the write-back */
     pg_node *root_node;       /* NULL if the root is a leaf */
     int defer;                /* write the interior nodes' numbers back (deferred) */
@@ -64,7 +66,7 @@ static int plain(int op) { return pg_rules[op].arity > 0; }
 
 static void flat_free(flat *f) {
     if (f == NULL) return;
-    free(f->steps); free(f->back); free(f->gout); free(f->leaf); free(f->leaf_node); free(f->d);
+    free(f->steps); free(f->back); free(f->hidden); free(f->gout); free(f->leaf); free(f->leaf_node); free(f->d);
     free(f->rows); free(f->x); free(f->gx); free(f->ones);
     free(f);
 }
@@ -116,11 +118,12 @@ static int by_node_address(const void *a, const void *b) {
 /* The back end: slots renumbered leaves first, steps and rows from L. */
 static int32_t lay_out(flat *f, const pg_layout *L) {
     const size_t n = L->n, nleaves = L->nleaves, nsteps = n - nleaves;
-    size_t nrows = 0, edges = 0, most = 1, nconst = 0;
+    size_t nrows = 0, edges = 0, most = 1, nconst = 0, nhidden = 0;
     for (size_t s = 0; s < n; s++) {
         if (L->leaf[s]) continue;
         int op = L->node[s]->op;
         nconst += op == PG_OP_POWK;
+        nhidden += op == PG_OP_SUB || op == PG_OP_DIV;
         if (!plain(op)) {
             size_t nk = L->first_edge[s + 1] - L->first_edge[s];
             nrows++;
@@ -131,7 +134,7 @@ static int32_t lay_out(flat *f, const pg_layout *L) {
     int32_t rc = 0;
     uint32_t *slot = NULL;     /* by the layout's slot */
     if (!(PG_ALLOC(slot, n) && PG_ALLOC(f->steps, nsteps) && PG_ALLOC(f->back, nsteps) &&
-          PG_ALLOC(f->gout, nsteps) &&
+          PG_ALLOC(f->hidden, nhidden) && PG_ALLOC(f->gout, nsteps) &&
           PG_ALLOC(f->leaf, nleaves) && PG_ALLOC(f->leaf_node, nleaves) &&
           PG_ALLOC(f->d, 2 * (n + nconst)) && PG_ALLOC(f->rows, nrows) && PG_ALLOC(f->x, edges) &&
           PG_ALLOC(f->gx, edges) && PG_ALLOC(f->ones, most)))
@@ -158,6 +161,8 @@ static int32_t lay_out(flat *f, const pg_layout *L) {
             continue;
         }
         f->back[st] = (write_back){node, s, (uint32_t)st};
+        if (node->op == PG_OP_SUB || node->op == PG_OP_DIV)
+            f->hidden[f->nhidden++] = f->back[st];
         pg_step *p = &f->steps[st++];
         p->op = node->op;
         p->fast = PG_FAST_NONE;
@@ -279,6 +284,11 @@ static void write_back_now(flat *f, int what) {
         if (what & PENDING_DATA) w[i].node->data = f->d[w[i].slot];
         if (what & PENDING_GRAD) w[i].node->grad = f->gout[w[i].step];
     }
+    /* A `-` or `/` node's hidden grad (micrograd's b * -1 or b ** -1, ops.c)
+     * as a fresh graph's backward leaves it: so an eager backward() after
+     * a replayed one adds to what micrograd's would. */
+    for (size_t i = 0; (what & PENDING_GRAD) && i < f->nhidden; i++)
+        f->hidden[i].node->aux.k = -0.0 + f->gout[f->hidden[i].step];
 }
 
 /* A program's pending numbers of one kind (PENDING_DATA or _GRAD), and

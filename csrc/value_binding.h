@@ -317,16 +317,18 @@ static PyObject *get_number(PyObject *self, void *which) {
     pg_node *n = ((pg_valueobj *)self)->node;
     if (n == NULL) return no_node();
     if (tracers && tracing) return traced_number(which != NULL ? "grad" : "data", 0);
-    if (n->flags & PG_F_REPLAYED) settle_replays();
-    if (n->flags & PG_F_TRACED) {
-        /* (a traced program's input, or made from one: pg_set_traced) */
-        PyErr_Format(PyExc_ValueError,
-                     "v.%s was read from a Value that depends on a traced program's input "
-                     "(pygrad.per_length): the number changes with every run, and a float "
-                     "read now would be baked into all of them.  Keep it in the graph instead "
-                     "(for a softmax's max(v.data for v in xs) shift: "
-                     "pygrad.detached_max(xs))", which != NULL ? "grad" : "data");
-        return NULL;
+    if (n->flags & (PG_F_REPLAYED | PG_F_TRACED)) {     /* (one test on the common path) */
+        if (n->flags & PG_F_TRACED) {
+            /* (a traced program's input, or made from one: pg_set_traced) */
+            PyErr_Format(PyExc_ValueError,
+                         "v.%s was read from a Value that depends on a traced program's "
+                         "input (pygrad.per_length): the number changes with every run, and "
+                         "a float read now would be baked into all of them.  Keep it in the "
+                         "graph instead (for a softmax's max(v.data for v in xs) shift: "
+                         "pygrad.detached_max(xs))", which != NULL ? "grad" : "data");
+            return NULL;
+        }
+        settle_replays();
     }
     return PyFloat_FromDouble(which != NULL ? n->grad : n->data);
 }

@@ -246,3 +246,34 @@ def test_a_forked_child_sees_the_last_run():
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
+
+
+def test_an_eager_backward_after_a_replayed_one_adds_as_after_an_eager_one():
+    """micrograd makes a - b as a + b * -1 and a / b as a * b ** -1, whose
+    hidden node keeps a grad that a second backward() adds to (ops.c): a
+    replayed backward leaves it as a fresh graph's backward does, so an
+    eager backward() above it, without zero_grad, adds as after two eager
+    ones."""
+    def sub_div(xs):
+        a, b, c = xs
+        h = (a - b * c).tanh()
+        k = h / (c * c + 1.0) - a
+        return k * h, [h, k]
+
+    results = []
+    for replayed in (True, False):
+        ls = leaves(*X0)
+        out, made = sub_div(ls)
+        if replayed:
+            program = pygrad.compile(out)
+            set_leaves(ls, X1)
+            program.forward()
+            program.backward()
+        else:
+            set_leaves(ls, X1)
+            out, made = sub_div(ls)
+            out.backward()
+        y = made[1] * made[0] - made[0] / ls[1]
+        y.backward()
+        results.append(numbers(made) + [v.grad for v in ls])
+    assert_same_doubles(results[0], results[1])
