@@ -25,7 +25,7 @@ def graph(xs):
     order made."""
     a, b, c = xs
     h = (a * b + c).tanh()
-    k = h * a + (-c.exp())    # (not `-`: replay keeps no hidden grad of micrograd's b * -1)
+    k = h * a - c.exp()
     m = (k * k + 1.0).log() + h.relu()
     out = m * b + k
     return out, [h, k, m, out]
