@@ -33,7 +33,8 @@
  *     sweep that runs its closure), holds nothing: the Value clears it as
  *     it goes.  A C node given a _backward later has only a flag: its
  *     closure is found through the Values above it (operands, caches).
- *  3. The collector sees every Value and no node object.  Node objects
+ *  3. The collector sees every Value and no node object, and runs when
+ *     CPython decides, but around pygrad's own bulk builds.  Node objects
  *     refer only to older node objects and node lists, so they form no
  *     cycle and are not tracked; Values are ordinary tracked objects,
  *     their operands, cache and attributes visited and cleared, and their
@@ -45,7 +46,9 @@
  *     it was on when the call began, and a forked child turns it back on
  *     (no thread there would).
  *  4. Freeing is reference counting, without recursion, and runs none
- *     of pygrad's Python (a Value's own __del__ or weakref callbacks run
+ *     of pygrad's Python; a release first finishes or undoes what its
+ *     object left open, and an object released in a cycle is refused
+ *     after (a Value's own __del__ or weakref callbacks run
  *     as CPython's dealloc runs them).  A node object's references are let go through a per-thread
  *     list, and a Value's (its operands) through CPython's trashcan, which
  *     bounds every Python subclass's dealloc: a chain of any length frees
@@ -67,7 +70,12 @@
  *     met, and its result class), and the walks' scratch between walks
  *     (capped, backward.c); so pygrad runs in one interpreter per process
  *     (pg_binding_init refuses a second).
- *  5. Whatever C reads is held by a reference while it reads it.  A call's
+ *  5. Whatever C reads is held by a reference while it reads it, and is
+ *     current: a compiled program's pending numbers go back into their
+ *     nodes before anything reads or writes one (replay.c's deferred
+ *     write-back, settle_replays below: every call that takes a Value or
+ *     a node list, a .data/.grad read or write of a PG_F_REPLAYED node, a
+ *     sweep between closures, a program's release).  A call's
  *     arguments (passed by id()) are held by its caller for the call; a
  *     call that lets the GIL go reads only what a reference holds for it:
  *     its own (this file's calls take one) or the `hold` of its sweep,
@@ -81,7 +89,9 @@
  *     So a node's address, which Python uses as its identity (a dict
  *     key), names one node while whoever keyed it holds the Value.
  *  6. A lock guards what threads share, held only while C (or pygrad's
- *     own bookkeeping) runs, never across user code.  The GIL guards node
+ *     own bookkeeping) runs, never across user code; what pygrad reads or
+ *     builds outside a lock is checked again under it, or keeps the first
+ *     one made.  The GIL guards node
  *     objects, reference counts, flags and the list of compiled programs
  *     that settling walks (replay.c): cffi's calls keep it (cffi's
  *     default is to let it go: csrc/cffi_build.py turns that off) but

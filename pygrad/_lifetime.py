@@ -25,7 +25,8 @@ both).  Each is one rule; the forms it takes are listed under it.
    sweep that runs its closure), holds nothing: the Value clears it as it
    goes.  A C node given a ``_backward`` later has only a flag: its
    closure is found through the Values above it.
-3. **The collector sees every Value and no node object.**  Node objects
+3. **The collector sees every Value and no node object, and runs when
+   CPython decides, but around pygrad's own bulk builds.**  Node objects
    refer only to older node objects and node lists, so they form no cycle
    and are not tracked; Values are ordinary collected objects, and their
    cycles (a user's closure; a fused model's table of the Values ``_prev``
@@ -35,7 +36,8 @@ both).  Each is one rule; the forms it takes are listed under it.
    only (back on only if it was on when the call began; a forked child
    turns it back on).
 4. **Freeing is reference counting, without recursion, and runs none of
-   pygrad's Python** (a Value's own ``__del__`` or weakref callbacks run
+   pygrad's Python; a release first finishes or undoes what its object
+   left open, and an object released in a cycle is refused after** (a Value's own ``__del__`` or weakref callbacks run
    as CPython runs them): a node object's references are let go through
    a per-thread list, and a Value's through CPython's trashcan, so a chain
    of any length frees in constant stack; sweeps, programs and batches
@@ -54,7 +56,12 @@ both).  Each is one rule; the forms it takes are listed under it.
    path), engine's ``_RESULT_CLASS`` (each Value subclass an op has met,
    and its result class), and the walks' scratch between walks (capped);
    so pygrad runs in one interpreter per process.
-5. **Whatever C reads is held by a reference while it reads it.**  A
+5. **Whatever C reads is held by a reference while it reads it, and is
+   current: a compiled program's pending numbers go back into their nodes
+   before anything reads or writes one** (replay's deferred write-back,
+   ``settle_replays``: every binding call that takes a Value or a node
+   list, a ``.data``/``.grad`` read or write of a node a program computes,
+   a sweep between closures, a program's release).  A
    call's arguments (passed by ``id()``) are held by its caller for the
    call; a call that lets the GIL go reads only what a reference holds
    for it (its own, or its sweep's, program's or batch's hold, from the
@@ -64,7 +71,9 @@ both).  Each is one rule; the forms it takes are listed under it.
    address, Python's key for its identity, names one node while whoever
    keyed it holds the Value.
 6. **A lock guards what threads share, held only while C (or pygrad's
-   own bookkeeping) runs, never across user code**: the GIL (node
+   own bookkeeping) runs, never across user code; what pygrad reads or
+   builds outside a lock is checked again under it, or keeps the first
+   one made**: the GIL (node
    objects, reference counts, flags and the list of compiled programs that
    settling walks; cffi's calls keep it, but those
    csrc/cffi_build.py lists in ``RELEASES_GIL`` and the binding's own
