@@ -370,7 +370,10 @@ def test_a_ctrl_c_during_the_lazy_numpy_import_leaves_numpy_usable(where):
             def find_spec(self, name, path=None, target=None):
                 if name == {where!r}:
                     sys.meta_path.remove(self)
-                    os.kill(os.getpid(), signal.SIGINT)
+                    # raise() signals this thread, so the handler runs at
+                    # its next bytecode; os.kill may land on a thread numpy
+                    # started, and then the main thread runs on for a while.
+                    signal.raise_signal(signal.SIGINT)
                 return None
         sys.meta_path.insert(0, CtrlC())
         x = Value(0.0)
