@@ -446,7 +446,11 @@ static int32_t grad_numbers_over(pg_node *const *post, size_t n, void *ctx) {
  * output), with every grad below the outputs (and SUB's and DIV's hidden
  * grads) left as it was.  Under the sweep lock, in one pass: walk, save,
  * zero, seed, run the rules, read, restore; so a thread that holds the GIL
- * throughout never shows another a grad in between.  Errors as
+ * throughout never shows another a grad in between.  A write to one of
+ * those grads made meanwhile without the GIL or the lock (a closure
+ * sweep's rule, another thread's program run) is undone by the restore:
+ * numbers outside a locked walk race as floats do (value_binding.h,
+ * rule 6).  Errors as
  * pg_with_order's. */
 int32_t pg_grad_numbers(pg_node *const *outs, const double *seeds, uint32_t nout,
                         pg_node *const *ins, uint32_t nin, double *result, int ms) {

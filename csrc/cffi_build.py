@@ -416,12 +416,16 @@ def link_args() -> "list[str]":
     return []
 
 
-# The calls whose work grows with a graph, a model or a batch: they run
-# without Python's GIL, so that other threads go on meanwhile.  Every other
-# call does a small, fixed amount of work, less than it takes to let the GIL
-# go and take it back, so it keeps the GIL (and cffi's errno bookkeeping,
-# which ffi.errno alone reads, is skipped).  The calls that walk a graph
-# (backward, compile) wait for the sweep lock without the GIL.
+# The calls whose work grows with a graph, a model or a batch: cffi's
+# wrappers of these let Python's GIL go, so that other threads go on
+# meanwhile.  pygrad's Python calls three of them through cffi (a program's
+# forward and backward, a batch's run); the rest are the raw calls behind
+# the binding's own wrappers (value_binding.h's _v/_l/_s calls, which let
+# the GIL go themselves), listed so that a tool or test calling one
+# directly lets it go too.  Every other call does a small, fixed amount of
+# work, less than it takes to let the GIL go and take it back, so it keeps
+# the GIL (and cffi's errno bookkeeping, which ffi.errno alone reads, is
+# skipped).
 RELEASES_GIL = ("pg_backward", "pg_backward_resume", "pg_sweep_restore", "pg_sweep_clear",
                 "pg_linear_layer", "pg_mlp", "pg_gather_data", "pg_gather_grad",
                 "pg_scatter_data", "pg_fill_grad", "pg_sgd_step", "pg_adam_step",

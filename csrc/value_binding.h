@@ -4,129 +4,118 @@
  * of the core that touches Python objects.  It uses CPython's limited,
  * documented C API only: no object's layout is probed or assumed.
  *
- * Lifetime, in six concepts (pygrad/_lifetime.py says the same for
- * Python; docs/lifetime.md links here).  Each is one rule; the forms it
- * takes are listed under it.
+ * Lifetime is six rules (pygrad/_lifetime.py states the same for Python;
+ * docs/lifetime.md links here).  Each rule is one sentence; what is listed
+ * under it is where it applies, not a further rule.
+ *
  *  1. A node object owns what its nodes point to, and a node's structure
- *     is fixed.  A node lives in a node object, pygrad's own type (_Node),
- *     which only this file makes: Python can't construct, read, write or
- *     resize one.  It holds its nodes inline (an n-ary node's child list
- *     and a Function's partials too) and a reference to every node object
- *     or node list they point to, so whatever holds a node object holds
- *     all that C can reach, and memory goes back per node object (a Value
- *     over any of its nodes keeps all of them).  A node's op and children
- *     are written as it is made (a sweep's restore rewrites them with the
- *     same words): any thread may read them without a lock.  What changes
- *     later: its walk mark (under the sweep lock), its flags (set under the
- *     GIL; a walk without it sees a flag set meanwhile or not), its numbers
- *     (written with or without the GIL: concept 6), and a custom op's
- *     pointer to its Value.
- *  2. A Value holds its node and its operands.  Its C base (_ValueBase)
- *     has the node object and the node's place in it, written at most once,
- *     by C, when __init__ or an op gives it a node (until then it has
- *     none: every call that needs it refuses the Value, and the read-only
- *     views _prev, _children, _local_grads and _op read as empty), and
- *     changed by nothing Python does
- *     until the Value is deallocated; and the operands it was made from (a, b, for
- *     _prev: the Python graph mirrors C's) and _prev's cache.  The one
- *     pointer the other way, a custom op's node to its Value (for the
- *     sweep that runs its closure), holds nothing: the Value clears it as
- *     it goes.  A C node given a _backward later has only a flag: its
- *     closure is found through the Values above it (operands, caches).
- *  3. The collector sees every Value and no node object, and runs when
- *     CPython decides, but around pygrad's own bulk builds.  Node objects
- *     refer only to older node objects and node lists, so they form no
- *     cycle and are not tracked; Values are ordinary tracked objects,
- *     their operands, cache and attributes visited and cleared, and their
- *     cycles collected as any: a user's closure, or a fused model's table
- *     of the Values _prev makes for its hidden nodes, which point back to
- *     it.  Where pygrad itself makes a big batch of Values in one call
- *     (grad(create_graph=True), a trace), it pauses the process's
- *     collector for that call, for speed only: it turns it back on only if
- *     it was on when the call began, and a forked child turns it back on
- *     (no thread there would).
- *  4. Freeing is reference counting, without recursion, and runs none
- *     of pygrad's Python; a release first finishes or undoes what its
- *     object left open, and an object released in a cycle is refused
- *     after (a Value's own __del__ or weakref callbacks run
- *     as CPython's dealloc runs them).  A node object's references are let go through a per-thread
- *     list, and a Value's (its operands) through CPython's trashcan, which
- *     bounds every Python subclass's dealloc: a chain of any length frees
- *     in constant stack.  Sweeps, programs and batches are released by C
- *     (ffi.gc), with no finalizer or weak registry (a released program may
- *     still be reached from its cycle's __del__: every run checks
- *     replay.py's alive first).  A sweep's release
- *     first puts back the grads it saved unless it was kept (pg_sweep_keep,
- *     once its last call has returned), then lets go of its hold; a
- *     program's first writes its last run's numbers back and leaves the
- *     list of programs that settling walks (replay.c: deferred
- *     write-back).  Nothing
- *     reads a Python object's reference count (a threaded run's job
- *     record, batch.c, counts its threads: the last one out frees it).
- *     What lives as long as the process: C's statics (pygrad's three types
- *     _Node, _NodeList and _ValueBase, set.__new__, and engine's callbacks:
- *     the number converter, _Children, _prev_slow, Value, _op's names and
- *     slow path), engine's _RESULT_CLASS (each Value subclass an op has
- *     met, and its result class), and the walks' scratch between walks
- *     (capped, backward.c); so pygrad runs in one interpreter per process
- *     (pg_binding_init refuses a second).
+ *     never changes.
+ *     - A node lives in a node object (_Node), pygrad's own type, which
+ *       only this file makes: Python can't construct, read, write or
+ *       resize one.  It holds its nodes inline (an n-ary node's child list
+ *       and a Function's partials too) and a reference to every node
+ *       object or node list (_NodeList) they point to.  So whatever holds
+ *       a node object holds all C can reach, and memory goes back per node
+ *       object.
+ *     - A node's op and children are written as it is made (a sweep's
+ *       restore rewrites the same words), so any thread reads them without
+ *       a lock.  What changes later: its walk mark, flags and numbers
+ *       (rule 6 says who guards which), and a custom op's pointer to its
+ *       Value, which holds nothing (the Value clears it as it goes).
+ *
+ *  2. A Value holds its node object and its operands, and nothing Python
+ *     does changes which node it has.
+ *     - _ValueBase (its C base) has the node object and the node's place
+ *       in it, written once, by C, when __init__ or an op gives it a node.
+ *       Before that, every call that needs the node refuses the Value, and
+ *       the views _prev, _children, _local_grads and _op read as empty.
+ *     - Its operands (for _prev: the Python graph mirrors C's) and _prev's
+ *       cache are slots; attributes, __class__, subclasses and the
+ *       collector reach only those.
+ *
+ *  3. The collector sees every Value and no node object.
+ *     - Node objects point only to older node objects and node lists, so
+ *       they form no cycle and are not tracked.  Values are ordinary
+ *       tracked objects: their cycles (a user's closure, a fused model's
+ *       table of the Values _prev makes for its hidden nodes) are
+ *       collected as any.
+ *     - Where pygrad itself makes a big batch of Values in one call
+ *       (grad(create_graph=True), a trace), it pauses the collector for
+ *       that call, for speed only, and turns it back on only if it was on
+ *       (a forked child turns it back on: rule 6).
+ *
+ *  4. Freeing is reference counting, never recursive, and a release first
+ *     finishes what its object left open; an object released in a cycle
+ *     is refused after.
+ *     - A node object's references go through a per-thread list, a
+ *       Value's through CPython's trashcan: a chain of any length frees in
+ *       constant stack.  No pygrad Python runs (a Value's own __del__ and
+ *       weakref callbacks run as CPython runs them), and nothing reads a
+ *       reference count (batch.c's job record counts its own threads).
+ *     - Sweeps, programs and batches are released by ffi.gc.  A sweep's
+ *       release puts back the grads it saved unless it was kept
+ *       (pg_sweep_keep); a program's writes back what its last run left
+ *       pending (rule 5) and leaves replay.c's list; then each lets go of
+ *       its hold.  Every run checks replay.py's alive() first, since a
+ *       cycle's __del__ may reach a released program.
+ *     - Never released: C's statics (the three types, set.__new__,
+ *       engine's callbacks) and engine's _RESULT_CLASS, so pygrad runs in
+ *       one interpreter per process (pg_binding_init refuses a second);
+ *       the walks' scratch is kept between walks, capped (backward.c).
+ *
  *  5. Whatever C reads is held by a reference while it reads it, and is
- *     current: a compiled program's pending numbers go back into their
- *     nodes before anything reads or writes one (replay.c's deferred
- *     write-back, settle_replays below: every call that takes a Value or
- *     a node list, a .data/.grad read or write of a PG_F_REPLAYED node, a
- *     sweep between closures, a program's release).  A call's
- *     arguments (passed by id()) are held by its caller for the call; a
- *     call that lets the GIL go reads only what a reference holds for it:
- *     its own (this file's calls take one) or the `hold` of its sweep,
- *     program or batch, which keeps what their node pointers lie in (a
- *     node object or node lists) from the call that fills them until they
- *     are released.  C's own worker threads (batch.c) may outlive the
- *     call: once it has returned they touch only their job record, freed
- *     by the last one out.  Objects a C call fills (a sweep, a program)
- *     are made, released by ffi.gc, before the call: a Ctrl-C after it
- *     can't lose what it holds.
- *     So a node's address, which Python uses as its identity (a dict
- *     key), names one node while whoever keyed it holds the Value.
- *  6. A lock guards what threads share, held only while C (or pygrad's
- *     own bookkeeping) runs, never across user code; what pygrad reads or
- *     builds outside a lock is checked again under it, or keeps the first
- *     one made.  The GIL guards node
- *     objects, reference counts, flags and the list of compiled programs
- *     that settling walks (replay.c): cffi's calls keep it (cffi's
- *     default is to let it go: csrc/cffi_build.py turns that off) but
- *     the long ones of its RELEASES_GIL, and this file's long calls
- *     (backward, compile, a batch's compile and step, hvp, bulk reads and
- *     writes, optimizer steps) let it go themselves after taking their
- *     references; pygrad refuses to run with the GIL disabled.  The sweep lock
- *     (csrc/backward.c) guards walks' marks and scratch, and makes a
- *     sweep's rules one step (two backward()s over shared nodes each add
- *     their whole gradient), unless a Python closure lies below: that
- *     sweep records its order under the lock, then runs its rules and
- *     closures holding neither it nor, between closures, the GIL.
- *     Whoever holds it never takes the GIL, so a waiter may hold the GIL
- *     (fork, a gradient's tries).  A waiter waits in tries of tens of
- *     milliseconds, between which Python runs signals; fork() takes it
- *     around itself, so the child starts with it free.  A Program's and a
- *     PerLength's CallLock (pygrad/replay.py) guards their buffers in
- *     every run (forward, backward, map, train_step, per_length's calls),
- *     and is a RuntimeError, not a wait, when the thread that holds it
- *     calls again.  A forked child finds the sweep lock free, remakes each
- *     CallLock on first use (under replay's _remaking lock; a program
- *     another thread was running at the fork has its grads reset then:
- *     pg_program_reset), turns the collector back on and counts only the
- *     forking thread's own trace (pg_after_fork_in_child).
- *     What may call back (an lr schedule, a loss function to trace, your
- *     own optimizer's methods) runs before a lock is taken or after; what
- *     pygrad reads before taking a CallLock (an optimizer's step count, the
- *     lr) is checked again under it, and the step tried again if it
- *     changed; what pygrad builds outside any lock keeps the first one
- *     made (_prev's cache, a fused model's table, per_length's program for
- *     a length).  Unguarded by design: a node's numbers outside a locked walk,
- *     a closure sweep's rules included (they race as floats do: two such
- *     sweeps over shared nodes may lose each other's additions, as two
- *     threads' += do in micrograd), and a program's arrays, which settling
- *     (replay.c) may read while another thread's run writes them.
+ *     current.
+ *     - Held: a call's arguments (passed by id()) by its caller; a call
+ *       that lets the GIL go, by its own reference or by the `hold` of its
+ *       sweep, program or batch, which is made (ffi.gc) before the call
+ *       that fills it, so a Ctrl-C can't lose it.  batch.c's worker
+ *       threads, which may outlive a call, touch only their job record
+ *       after it returns.  So a node's address, Python's key for its
+ *       identity, names one node while the Value is held.
+ *     - Current: a compiled program leaves its interior numbers in its
+ *       arrays; settle_replays writes them back (replay.c, "Deferred
+ *       write-back") before anything reads or writes one: every call that
+ *       takes a Value or a node list, a .data/.grad access of a
+ *       PG_F_REPLAYED node, a sweep between closures, a release.  A
+ *       per_length program writes none back: no Value shows its interior
+ *       nodes (token_programs.py).
+ *
+ *  6. A lock is held only while C or pygrad's own bookkeeping runs, never
+ *     across user code, and what was read before it is checked again
+ *     under it.
+ *     - The GIL guards node objects, reference counts, flags and replay's
+ *       list of programs.  pygrad refuses to run with it disabled.  cffi's
+ *       calls keep it (csrc/cffi_build.py); the long ones (backward,
+ *       compile, a batch's compile and run, hvp, bulk reads and writes,
+ *       optimizer steps, a program's runs) let it go after taking their
+ *       references.
+ *     - The sweep lock (backward.c) guards walks' marks and scratch, and
+ *       makes a sweep's rules one step (two backward()s over shared nodes
+ *       each add their whole gradient), unless a Python closure lies
+ *       below: that sweep records its order under the lock, then runs its
+ *       rules and closures without it.  Its holder never takes the GIL; a
+ *       waiter waits in tries of tens of milliseconds, running signals
+ *       between; fork() takes it around itself.
+ *     - A Program's and a PerLength's CallLock (replay.py) guards their
+ *       buffers for a run; the thread that holds it and calls again gets a
+ *       RuntimeError.  What may call back (an lr schedule, a loss to
+ *       trace, your optimizer's methods) runs before it is taken: the
+ *       optimizer's step count is read then and checked under it (the lr
+ *       and state go with that count), and the step is tried again if
+ *       another thread stepped.  What pygrad builds outside any lock
+ *       (_prev's cache, per_length's program for a length, nn's fused
+ *       cache) is built the same by any thread; the first or last made is
+ *       kept.
+ *     - A forked child finds the sweep lock free, remakes each CallLock on
+ *       first use (a program another thread was running at the fork has
+ *       its grads reset: pg_program_reset), turns the collector back on
+ *       and counts only the forking thread's trace (pg_after_fork_in_child).
+ *     - Unguarded by design: a node's numbers outside a locked walk.  They
+ *       race as floats do: a closure sweep's rules and another thread's
+ *       writes may lose each other's additions, as two threads' += do in
+ *       micrograd, and pygrad.grad's restore (pg_grad_numbers) undoes a
+ *       write made meanwhile without the GIL; settling may read a
+ *       program's arrays while another thread's run writes them.
  *
  * Python calls these with the GIL held (cffi keeps it for them) and
  * passes objects by id(), which is their address in CPython (pygrad

@@ -18,8 +18,8 @@ def import_whole(name: str) -> Any:
     process").  Python runs signal handlers in the main thread only, so
     there SIGINT's handler is swapped, for the import, for one that notes
     the signal; the handler is put back after it and, if a Ctrl-C came,
-    called (raising KeyboardInterrupt, for the default one).  No thread is
-    started: pygrad starts none."""
+    called (raising KeyboardInterrupt, for the default one).  The import
+    starts no thread (batch.c starts its workers only inside a run)."""
     if name in sys.modules or threading.current_thread() is not threading.main_thread():
         # Imported (or being imported by another thread, which this import
         # waits for), or no handler runs in this thread.

@@ -314,10 +314,11 @@ class Program:
         grads are not changed.  The rows are split between up to
         ``threads`` threads, with the same bits for any number."""
         data, w, n = self._rows(rows, grad, "map")
+        batch = alive(self._batch)
         out = np.empty((n, len(self._outputs)), dtype=np.float64)
         threads = self._threads or self._auto_threads(n)
         with self._lock.free():
-            rc = lib.pg_batch_run(self._batch, ffi.from_buffer("double[]", data), n,
+            rc = lib.pg_batch_run(batch, ffi.from_buffer("double[]", data), n,
                                   ffi.from_buffer("double[]", out),
                                   ffi.NULL if w is None else ffi.from_buffer("double[]", w),
                                   threads)
@@ -337,6 +338,7 @@ class Program:
         if grad is None:
             raise TypeError("train_step needs grad: the loss weight of each row (e.g. 1/n each)")
         data, w, n = self._rows(rows, grad, "train_step")
+        batch = alive(self._batch)
         out = np.empty(n if self._output is not None else (n, len(self._outputs)))
         threads = self._threads or self._auto_threads(n)
         while True:
@@ -357,7 +359,7 @@ class Program:
                 # see whether another thread stepped since it was read.
                 if count[0] != steps:
                     continue
-                rc = lib.pg_batch_step_l(self._batch, ffi.from_buffer("double[]", data), n,
+                rc = lib.pg_batch_step_l(batch, ffi.from_buffer("double[]", data), n,
                                          ffi.from_buffer("double[]", out),
                                          ffi.from_buffer("double[]", w), threads, fused,
                                          id(nodes))
@@ -404,8 +406,8 @@ def _values(values: Any, what: str) -> Tuple[Value, ...]:
 
 
 def alive(program: Any) -> Any:
-    """``program`` (a compiled ``pg_program``), or a RuntimeError if it was
-    freed: the collector frees a Program in a reference cycle, and a
+    """``program`` (a compiled ``pg_program`` or ``pg_batch``), or a
+    RuntimeError if it was freed: the collector frees a Program in a reference cycle, and a
     ``__del__`` in the same garbage may run it after."""
     if program.impl == ffi.NULL:
         raise RuntimeError("pygrad: this Program was freed by the collector (it was in a "

@@ -459,3 +459,18 @@ def test_map_trains_like_the_eager_loop():
         opt.step()
         twin.set_data(twin.get_data() - 0.5 * g)
         np.testing.assert_allclose(model.get_data(), twin.get_data(), rtol=1e-12, atol=1e-14)
+
+
+def test_a_program_whose_batch_was_freed_refuses_map_and_train_step_clearly():
+    """The collector frees a Program's batch when the Program is in a
+    reference cycle, and a __del__ in the same garbage may call map() after.
+    That is a RuntimeError saying so, not C's "not compiled" ValueError."""
+    x, w = Value(0.5), Value(2.0)
+    prog = pygrad.compile((x * w).tanh(), inputs=[x])
+    opt = pygrad.optim.SGD([w], lr=0.1)
+    lib.pg_batch_release(prog._batch)     # what the collector's clear does
+    with pytest.raises(RuntimeError, match="freed by the collector"):
+        prog.map([[0.25]])
+    with pytest.raises(RuntimeError, match="freed by the collector"):
+        prog.train_step([[0.25]], [1.0], opt)
+    assert w.data == 2.0 and w.grad == 0.0
