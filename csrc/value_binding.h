@@ -48,7 +48,8 @@
  *     finishes what its object left open; an object released in a cycle
  *     is refused after.
  *     - A node object's references go through a per-thread list, a
- *       Value's through CPython's trashcan: a chain of any length frees in
+ *       Value's through CPython's trashcan (ops make only Python classes'
+ *       Values, whose dealloc has it): a chain of any length frees in
  *       constant stack.  No pygrad Python runs (a Value's own __del__ and
  *       weakref callbacks run as CPython runs them), and nothing reads a
  *       reference count (batch.c's job record counts its own threads).
@@ -77,14 +78,18 @@
  *       write-back") before anything reads or writes one: every call that
  *       takes a Value or a node list, a .data/.grad access of a
  *       PG_F_REPLAYED node, a sweep between closures, a release.  A
- *       per_length program writes none back: no Value shows its interior
- *       nodes (token_programs.py).
+ *       per_length program writes none back (token_programs.py): a Value
+ *       made from a token refuses reads (PG_F_TRACED), and one kept from
+ *       the traced call without a token keeps the numbers it was made
+ *       with, as a micrograd Value does.
  *
  *  6. A lock is held only while C or pygrad's own bookkeeping runs, never
  *     across user code, and what was read before it is checked again
  *     under it.
- *     - The GIL guards node objects, reference counts, flags and replay's
- *       list of programs.  pygrad refuses to run with it disabled.  cffi's
+ *     - The GIL guards node objects, reference counts and replay's list of
+ *       programs.  Flags are set under it; a walk, under the sweep lock
+ *       only, sees a flag set meanwhile or not (a _backward given to a node
+ *       while another thread walks it may count only from the next walk).  pygrad refuses to run with it disabled.  cffi's
  *       calls keep it (csrc/cffi_build.py); the long ones (backward,
  *       compile, a batch's compile and run, hvp, bulk reads and writes,
  *       optimizer steps, a program's runs) let it go after taking their
@@ -97,9 +102,11 @@
  *       waiter waits in tries of tens of milliseconds, running signals
  *       between; fork() takes it around itself.
  *     - A Program's and a PerLength's CallLock (replay.py) guards their
- *       buffers for a run; the thread that holds it and calls again gets a
- *       RuntimeError.  What may call back (an lr schedule, a loss to
- *       trace, your optimizer's methods) runs before it is taken: the
+ *       buffers for a run; the thread that holds it and calls again (a
+ *       signal handler or __del__ that Python runs meanwhile) gets a
+ *       RuntimeError, never a wait.  What may call back (an lr schedule, a
+ *       loss to trace, your optimizer's methods) runs before it is taken
+ *       or after it is let go: the
  *       optimizer's step count is read then and checked under it (the lr
  *       and state go with that count), and the step is tried again if
  *       another thread stepped.  What pygrad builds outside any lock
@@ -108,8 +115,8 @@
  *       kept.
  *     - A forked child finds the sweep lock free, remakes each CallLock on
  *       first use (a program another thread was running at the fork has
- *       its grads reset: pg_program_reset), turns the collector back on
- *       and counts only the forking thread's trace (pg_after_fork_in_child).
+ *       its grads reset: pg_program_reset), turns the collector back on if
+ *       pygrad had paused it, and counts only the forking thread's trace (pg_after_fork_in_child).
  *     - Unguarded by design: a node's numbers outside a locked walk.  They
  *       race as floats do: a closure sweep's rules and another thread's
  *       writes may lose each other's additions, as two threads' += do in
@@ -821,8 +828,13 @@ static PyObject *op_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     PyObject *cls = args[0];
-    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, value_type)) {
-        PyErr_SetString(PyExc_TypeError, "pygrad: an op's result class must be a Value class");
+    /* A class of Python's (Value or a subclass), never the C base itself:
+     * a Python class's dealloc runs in CPython's trashcan, which bounds
+     * the stack for a chain of results (rule 4). */
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, value_type)
+            || (PyTypeObject *)cls == value_type) {
+        PyErr_SetString(PyExc_TypeError, "pygrad: an op's result class must be pygrad.Value "
+                                         "or a subclass of it");
         return NULL;
     }
     PyObject *out = PyType_GenericAlloc((PyTypeObject *)cls, 0);

@@ -28,7 +28,8 @@ a further rule.
 4. **Freeing is reference counting, never recursive, and a release first
    finishes what its object left open; an object released in a cycle is
    refused after.**  A chain of any length frees in constant stack, runs
-   no pygrad Python, and nothing reads a reference count.  Sweeps, programs
+   no pygrad Python (ops make only Python classes' Values, which CPython
+   frees in its trashcan), and nothing reads a reference count.  Sweeps, programs
    and batches are released by ``ffi.gc``: a sweep's release puts back the
    grads it saved unless kept, a program's writes back its pending numbers
    (rule 5); every run checks ``replay.alive`` first, since a cycle's
@@ -44,24 +45,29 @@ a further rule.
    leaves its interior numbers in its arrays until something reads or
    writes a node (a call taking a Value or node list, a ``.data``/``.grad``
    access, a sweep between closures, a release): they are written back
-   first (replay's deferred write-back; a ``per_length`` program has none,
-   since no Value shows its interior nodes).
+   first (replay's deferred write-back).  A ``per_length`` program writes
+   none back: a Value made from a token refuses reads, and one kept from
+   the traced call without a token keeps the numbers it was made with, as
+   a micrograd Value does.
 6. **A lock is held only while C or pygrad's own bookkeeping runs, never
    across user code, and what was read before it is checked again under
-   it.**  The GIL guards node objects, reference counts and flags (pygrad
-   refuses to run without it); C's long calls let it go after taking their
+   it.**  The GIL guards node objects and reference counts (pygrad refuses
+   to run without it), and flags are set under it (a walk sees one set
+   meanwhile or not); C's long calls let it go after taking their
    references.  The sweep lock guards walks, and makes a sweep's rules one
    step unless a Python closure lies below (then the closures and rules
    run without it); waiters try in slices of tens of milliseconds, running
    signals between, and ``fork()`` takes it around itself.  A Program's
-   ``CallLock`` guards its buffers (the holding thread calling again gets
-   a RuntimeError); what may call back (an lr schedule, a loss to trace,
-   your optimizer's methods) runs before it is taken, and the optimizer's
+   ``CallLock`` guards its buffers (the holding thread calling again, as
+   a signal handler or ``__del__`` may, gets a RuntimeError, never a
+   wait); what may call back (an lr schedule, a loss to trace, your
+   optimizer's methods) runs before it is taken or after, and the optimizer's
    step count, read then, is checked under it (the lr and state go with
    that count).  What pygrad builds outside any lock (``_prev``'s cache,
    ``per_length``'s program for a length, nn's fused cache) is the same
    whichever thread builds it.  A forked child finds every lock free and
-   a program another thread was running reset, with the collector back on.
+   a program another thread was running reset, and the collector back on
+   if pygrad had paused it.
    Unguarded by design: a node's numbers outside a locked walk, which race
    as floats do (two threads' ``+=`` in micrograd lose additions too).
 

@@ -24,7 +24,8 @@ varies between documents must be an input of the program:
   ``v.data``, ``v.grad``): that would happen once, not on every run.  A
   softmax's max shift stays in the graph as ``detached_max``.  A Value
   made from a Token's inputs can't be read afterwards either, nor used in
-  another trace (csrc/pygrad.h, PG_F_TRACED).
+  another trace (csrc/pygrad.h, PG_F_TRACED); one made without a token
+  keeps the numbers it was made with (the runs don't write it).
 
 The programs hold C nodes only (no Python Value), so the collector never
 walks them.  Each step runs in C: forward, backward, and the optimizer's

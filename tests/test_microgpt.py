@@ -274,6 +274,30 @@ def test_a_value_kept_from_a_trace_can_neither_be_read_nor_reused():
         other.loss([0, 1])
 
 
+def test_a_token_free_value_kept_from_a_trace_keeps_the_numbers_it_was_made_with():
+    """A Value made in the traced call from the parameters only (no token)
+    can be read: it is a Value of that call, and keeps its numbers as a
+    micrograd Value does (the program's later runs don't write it)."""
+    from pygrad.optim import SGD
+    w = [pygrad.Value(0.3), pygrad.Value(-0.2)]
+    kept = []
+
+    def loss(toks):
+        reg = w[0] * w[0] + w[1] * w[1]
+        kept.append(reg)
+        return pygrad.sum([pygrad.pick(w, t) for t in toks]) + reg
+
+    train = pygrad.per_length(loss, 2, SGD(w, lr=0.1))
+    train.step([0, 1])
+    made = kept[0].data
+    assert made == (pygrad.Value(0.3) * 0.3 + pygrad.Value(-0.2) * -0.2).data
+    train.step([1, 0])
+    train.step([0, 1])
+    assert len(kept) == 1 and w[0].data != 0.3          # traced once; w stepped
+    assert kept[0].data == made and kept[0].grad == 0.0
+    assert (kept[0] * 2).data == made * 2               # and usable eagerly
+
+
 @pytest.mark.parametrize("use", [lambda t: t == 0, lambda t: t != 1, lambda t: t < 2,
                                  lambda t: bool(t), lambda t: int(t), lambda t: [5, 6][t],
                                  lambda t: 3 in [t]])
