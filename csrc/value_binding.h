@@ -833,8 +833,8 @@ static PyObject *op_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
      * the stack for a chain of results (rule 4). */
     if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, value_type)
             || (PyTypeObject *)cls == value_type) {
-        PyErr_SetString(PyExc_TypeError, "pygrad: an op's result class must be pygrad.Value "
-                                         "or a subclass of it");
+        PyErr_SetString(PyExc_TypeError, "pygrad: an op's result class must be a Value class "
+                                         "(pygrad.Value or a subclass), not the C base");
         return NULL;
     }
     PyObject *out = PyType_GenericAlloc((PyTypeObject *)cls, 0);

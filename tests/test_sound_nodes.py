@@ -711,16 +711,3 @@ def test_fork_while_another_thread_is_inside_a_custom_closure():
         time.sleep(0.05)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     assert not errors, errors
-
-
-def test_an_op_function_refuses_the_c_base_as_its_result_class():
-    """Only Python classes make op results: their dealloc runs in CPython's
-    trashcan, so a chain of any length frees in constant stack (a chain of
-    bare C-base results recursed in dealloc and crashed)."""
-    from pygrad import engine
-    from pygrad._core import lib
-    base = _ValueCore
-    mul_k = engine._op_function(lib.PG_OP_MUL, lib.PG_FORM_K)
-    with pytest.raises(TypeError, match="result class must be pygrad.Value"):
-        mul_k(base, Value(1.0), 2.0)
-    assert mul_k(Value, Value(1.5), 2.0).data == 3.0
