@@ -72,7 +72,10 @@
  *       that fills it, so a Ctrl-C can't lose it.  batch.c's worker
  *       threads, which may outlive a call, touch only their job record
  *       after it returns.  So a node's address, Python's key for its
- *       identity, names one node while the Value is held.
+ *       identity, names one node while the Value is held.  nn's caches
+ *       (a fused layer's packed parameters, _pg_bulk) hold their node lists
+ *       until an edit of the model (nn.py's edit counter, or a listed
+ *       parameter replaced) makes them stale and they are rebuilt.
  *     - Current: a compiled program leaves its interior numbers in its
  *       arrays; settle_replays writes them back (replay.c, "Deferred
  *       write-back") before anything reads or writes one: every call that

@@ -41,9 +41,11 @@ a further rule.
    caller; a call without the GIL reads what its own reference or its
    sweep's, program's or batch's hold keeps, made before the call so a
    Ctrl-C can't lose it.  So a node's address, Python's key for its
-   identity, names one node while the Value is held.  A compiled program
-   leaves its interior numbers in its arrays until something reads or
-   writes a node (a call taking a Value or node list, a ``.data``/``.grad``
+   identity, names one node while the Value is held.  nn's caches (fused
+   layers' packed parameters, ``_pg_bulk``) hold their node lists until
+   an edit of the model makes them stale and they are rebuilt.  A compiled
+   program leaves its interior numbers in its arrays until something reads
+   or writes a node (a call taking a Value or node list, a ``.data``/``.grad``
    access, a sweep between closures, a release): they are written back
    first (replay's deferred write-back).  A ``per_length`` program writes
    none back: a Value made from a token refuses reads, and one kept from
