@@ -327,6 +327,11 @@ static int32_t backward_locked(pg_node *root, pg_sweep *s, int ms) {
     nodes post = scratch_post;
     post.n = 0;
     int32_t rc = walk(&root, 1, &post, &flags);
+    if (rc == 0 && (flags & PG_F_TRACED)) {
+        /* A trace's numbers are not the program's: no grad from them. */
+        unmark(&post);
+        rc = PG_E_TRACED;
+    }
     int py = (flags & PG_F_PY_BACKWARD) != 0;
     if (rc == 0 && !py) {
         /* One pass, parents first: each node's rule, and its mark off. */

@@ -119,6 +119,7 @@ typedef struct batch {
                                * layer's first slot for the whole layer (no leaves) */
     worker *work;             /* MAX_WORKERS; work[0] made by compiling, the rest on demand */
     uint32_t nwork;           /* workers made */
+    pg_rule_watch watch;      /* every node: refuse grads once a rule is Python's */
 } batch;
 
 static void worker_free(worker *wk, uint32_t nlayers, int owner) {
@@ -147,6 +148,7 @@ static void batch_free(batch *b) {
     free(b->zero_slot); free(b->summed); free(b->input_slot); free(b->out_slot);
     free(b->out_xs);
     free(b->shared_node); free(b->shared_data); free(b->base); free(b->partial);
+    pg_rule_watch_free(&b->watch);
     free(b);
 }
 
@@ -454,6 +456,7 @@ int32_t pg_batch_compile(pg_node *const *outputs, uint32_t nout, pg_node *const 
     pg_batch_clear(p);
     *bad = NULL;
     if (nout == 0) return PG_E_ARG;
+    const uint64_t rules = pg_py_rules_now();
     pg_layout L;
     int32_t rc = pg_lay_out(outputs, nout, &L, bad, 1);
     if (rc < 0) return rc;
@@ -473,6 +476,7 @@ int32_t pg_batch_compile(pg_node *const *outputs, uint32_t nout, pg_node *const 
     if (rc == 0) rc = lay_out(b, &L, inputs, outputs, bad);
     if (rc == 0) rc = find_layers(b);
     if (rc == 0) rc = list_runs(b);
+    if (rc == 0) pg_rule_watch_take(&b->watch, &L, rules);
     pg_layout_free(&L);
     if (rc < 0) {
         batch_free(b);
@@ -756,6 +760,7 @@ int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, con
     batch *b = p->impl;
     if (b == NULL) return PG_E_ARG;
     if (threads == 0) return PG_E_ARG;
+    if (w != NULL && pg_rules_changed(&b->watch)) return PG_E_SWEEP;
     if (batch_prepare(b, n, w) < 0) return PG_E_NOMEM;
     const size_t chunks = (n + PG_CHUNK_ROWS - 1) / PG_CHUNK_ROWS;
     size_t t = threads < chunks ? threads : chunks;
@@ -810,6 +815,7 @@ int32_t pg_batch_step(pg_batch *p, const double *rows, size_t n, double *out, co
     } else {
         return PG_E_ARG;
     }
+    if (pg_rules_changed(&((batch *)p->impl)->watch)) return PG_E_SWEEP;
     /* What zero_grad(), map() and step() do, one after the other; the
      * room for the sums first, so that a step without it changes nothing. */
     if (batch_prepare(p->impl, n, w) < 0) return PG_E_NOMEM;

@@ -15,6 +15,25 @@ static size_t home(const pg_layout *L, const pg_node *node) {
     return (size_t)(((uint64_t)(uintptr_t)node * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & (L->cap - 1);
 }
 
+void pg_rule_watch_take(pg_rule_watch *w, pg_layout *L, uint64_t seen) {
+    *w = (pg_rule_watch){L->node, L->n, seen};
+    L->node = NULL;
+}
+
+void pg_rule_watch_free(pg_rule_watch *w) {
+    free(w->node);
+    *w = (pg_rule_watch){NULL, 0, 0};
+}
+
+int pg_rules_changed(pg_rule_watch *w) {
+    const uint64_t now = pg_py_rules_now();
+    if (now == w->seen) return 0;
+    for (uint32_t i = 0; i < w->n; i++)
+        if (w->node[i]->flags & PG_F_PY_BACKWARD) return 1;    /* (seen stays: refused again) */
+    w->seen = now;
+    return 0;
+}
+
 uint32_t pg_layout_slot(const pg_layout *L, const pg_node *node) {
     for (size_t i = home(L, node);; i = (i + 1) & (L->cap - 1)) {
         if (L->by_node[i].node == node) return L->by_node[i].slot;

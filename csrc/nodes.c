@@ -8,9 +8,11 @@
  * makes all its nodes and returns 0, or writes nothing and returns a
  * PG_E_*.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "node.h"
+#include "program.h"
 
 static int fixed_op(int op, int arity) {
     return op >= 0 && op < PG_OP_COUNT && pg_rules[op].arity == arity;
@@ -210,7 +212,19 @@ double pg_exponent(const pg_node *n) { return n->aux.k; }
 void pg_zero_hidden(pg_node *n) {
     if (n->op == PG_OP_SUB || n->op == PG_OP_DIV) n->aux.k = -0.0;
 }
-void pg_set_py_backward(pg_node *n) { n->flags |= PG_F_PY_BACKWARD; }
+/* Rules made Python's: a compiled program checks its nodes when this moves
+ * (program.h, pg_rule_watch). */
+static _Atomic uint64_t py_rules_set;
+
+uint64_t pg_py_rules_now(void) {
+    return atomic_load_explicit(&py_rules_set, memory_order_acquire);
+}
+
+void pg_set_py_backward(pg_node *n) {
+    if (n->flags & PG_F_PY_BACKWARD) return;
+    n->flags |= PG_F_PY_BACKWARD;
+    atomic_fetch_add_explicit(&py_rules_set, 1, memory_order_acq_rel);
+}
 void pg_set_traced(pg_node *n) { n->flags |= PG_F_TRACED; }
 void *pg_py_handle(const pg_node *n) { return n->op == PG_OP_CUSTOM ? n->c.list.py : NULL; }
 

@@ -185,4 +185,24 @@ void pg_layout_free(pg_layout *L);
 /* node's slot, or UINT32_MAX if it is not in the program. */
 uint32_t pg_layout_slot(const pg_layout *L, const pg_node *node);
 
+/* A program runs C's gradient rule for every node it was compiled over; a
+ * _backward set in Python on one of them afterwards (pg_set_py_backward)
+ * would be skipped, a silently wrong grad.  Every such set is counted
+ * (pg_py_rules_now); a program keeps its nodes and the count it last
+ * checked, and before a backward looks at its nodes again only if the
+ * count moved (one load on the common path). */
+typedef struct pg_rule_watch {
+    pg_node **node;
+    uint32_t n;
+    uint64_t seen;
+} pg_rule_watch;
+/* How many node rules have become Python's in this process. */
+uint64_t pg_py_rules_now(void);
+/* Watch L's nodes, taking its node array (L stays fit only to be freed);
+ * seen is pg_py_rules_now() from before L was laid out. */
+void pg_rule_watch_take(pg_rule_watch *w, pg_layout *L, uint64_t seen);
+void pg_rule_watch_free(pg_rule_watch *w);
+/* 1 if a watched node's backward has become Python's, else 0. */
+int pg_rules_changed(pg_rule_watch *w);
+
 #endif

@@ -198,6 +198,8 @@ void pg_set_traced(pg_node *n);
  * the order and every grad it will touch are saved in the sweep, and the
  * rules run until a node whose backward is Python's; it returns 1 with
  * that node in sweep->py, and pg_backward_resume goes on from it.
+ * PG_E_TRACED, nothing done, if a node below is TRACED (its numbers are a
+ * trace's).
  * The walk holds the sweep lock, the closures' sweep does not.  The
  * caller calls pg_sweep_restore last, whatever happened: it puts the
  * saved grads back unless pg_sweep_keep was called (once the sweep has run
@@ -234,7 +236,9 @@ typedef struct pg_program {
 } pg_program;
 int32_t pg_compile(pg_node *root, pg_program *p, pg_node **bad_node);
 double pg_program_forward(pg_program *p);
-void pg_program_backward(pg_program *p);
+/* 0; PG_E_SWEEP, nothing done, if a node's _backward was set in Python
+ * since compiling (its rule is no longer C's). */
+int32_t pg_program_backward(pg_program *p);
 uint32_t pg_program_size(const pg_program *p);
 /* Whether forward and backward write each interior node's data and grad
  * back into it (on, the default: its Values show the replayed numbers).
@@ -257,7 +261,8 @@ void pg_program_reset(pg_program *p);
  * compile returns PG_E_ARG with *bad set to a node that can't run in C or
  * an input that is no leaf (NULL: no such node).  The batch is Python's,
  * zeroed, and released by pg_batch_clear; the caller holds the outputs
- * and inputs while it lives. */
+ * and inputs while it lives.  A run with w returns PG_E_SWEEP, nothing
+ * done, if a node's _backward was set in Python since compiling. */
 typedef struct pg_batch {
     void *impl;
     void *hold;            /* the binding's: holds the nodes (hidden from cffi) */
@@ -313,7 +318,8 @@ void pg_program_clear(pg_program *p);
 /* One training step in one call: the optimizer's parameters' grads set to
  * 0, pg_batch_run with the weights w, then the optimizer's step: the same
  * bits as the three calls.  PG_E_ARG (nothing changed) for no program, no
- * w, an unknown kind or state arrays shorter than n; PG_E_NOMEM.  (Python
+ * w, an unknown kind or state arrays shorter than n; PG_E_SWEEP (nothing
+ * changed) as pg_batch_run's; PG_E_NOMEM.  (Python
  * calls pg_batch_step_l, which fills opt's params from a node list.) */
 int32_t pg_batch_step(pg_batch *b, const double *rows, size_t n, double *out, const double *w,
                       uint32_t threads, const pg_optimizer *opt);

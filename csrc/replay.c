@@ -44,6 +44,7 @@ typedef struct flat {
     size_t nhidden;
     double *gout;             /* per step: its grad, for the write-back */
     pg_node *root_node;       /* NULL if the root is a leaf */
+    pg_rule_watch watch;      /* every node: refuse a backward once a rule is Python's */
     int defer;                /* write the interior nodes' numbers back (deferred) */
     _Atomic int pending;      /* PENDING_DATA | PENDING_GRAD: newer here than in the nodes */
     _Atomic uint64_t stamp[2];  /* when forward [0] and backward [1] last ran (run_clock) */
@@ -68,6 +69,7 @@ static void flat_free(flat *f) {
     if (f == NULL) return;
     free(f->steps); free(f->back); free(f->hidden); free(f->gout); free(f->leaf); free(f->leaf_node); free(f->d);
     free(f->rows); free(f->x); free(f->gx); free(f->ones);
+    pg_rule_watch_free(&f->watch);
     free(f);
 }
 
@@ -217,11 +219,13 @@ static int is_listed(const pg_program *p);
 int32_t pg_compile(pg_node *root, pg_program *p, pg_node **bad_node) {
     if (p == NULL || is_listed(p)) return PG_E_ARG;
     pg_program_clear(p);
+    const uint64_t rules = pg_py_rules_now();
     pg_layout L;
     int32_t rc = pg_lay_out(&root, 1, &L, bad_node, 0);
     if (rc < 0) return rc;
     flat *f = pg_calloc(1, sizeof *f);
     rc = f == NULL ? PG_E_NOMEM : lay_out(f, &L);
+    if (rc == 0) pg_rule_watch_take(&f->watch, &L, rules);
     pg_layout_free(&L);
     if (rc < 0) {
         flat_free(f);
@@ -361,9 +365,10 @@ double pg_program_forward(pg_program *p) {
     return f->d[f->root];
 }
 
-void pg_program_backward(pg_program *p) {
+int32_t pg_program_backward(pg_program *p) {
     flat *f = p != NULL ? p->impl : NULL;
-    if (f == NULL) return;
+    if (f == NULL) return PG_E_ARG;
+    if (pg_rules_changed(&f->watch)) return PG_E_SWEEP;
     /* The leaves' current data, as node rules would read, and grads. */
     for (size_t j = 0; j < f->nleaves; j++) {
         fetch_leaf(f, j);
@@ -380,6 +385,7 @@ void pg_program_backward(pg_program *p) {
     }
     if (f->defer && f->root_node != NULL) f->root_node->grad = f->gout[f->nsteps - 1];
     ran(f, PENDING_GRAD);
+    return 0;
 }
 
 uint32_t pg_program_size(const pg_program *p) { return (uint32_t)p->n; }

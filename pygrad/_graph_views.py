@@ -29,9 +29,11 @@ def function_class(v: Any) -> Any:
     return d.get("_pg_function") if d else None
 
 
-def traced_error() -> ValueError:
+def traced_error(what: str = "pygrad.grad") -> ValueError:
+    """The error of differentiating (``what``) a graph made from a token
+    program's traced inputs (PG_F_TRACED)."""
     return ValueError(
-        "pygrad.grad: this graph holds Values made from a token program's traced inputs "
+        f"{what}: this graph holds Values made from a token program's traced inputs "
         "(pygrad.per_length traces the loss once; their numbers are the trace's, not the "
         "program's): differentiate an eager graph (call the model with int tokens), or let "
         "the program train")

@@ -57,17 +57,21 @@ def predict_classes(model: Any, points: Any) -> np.ndarray:
 
 def _scores(model: Any, points: Any) -> np.ndarray:
     """The model's outputs at each point, shape (n, outputs)."""
-    points = np.ascontiguousarray(points, dtype=np.float64).reshape(-1, 2)
+    points = np.ascontiguousarray(points, dtype=np.float64)
+    if points.ndim != 2 or points.shape[1] != 2:
+        raise ValueError(f"points must be an (n, 2) array of points, got shape {points.shape}")
     x0, x1 = Value(0.0), Value(0.0)
     try:
         out = model([x0, x1])
     except TypeError:                       # a model of another engine
-        out = None
+        out = model([0.0, 0.0])
     outs = out if isinstance(out, (list, tuple)) else [out]
     if all(isinstance(o, Value) for o in outs):
-        return compile_graph(list(outs), inputs=[x0, x1]).map(points).reshape(len(points), -1)
+        return compile_graph(list(outs), inputs=[x0, x1]).map(points).reshape(len(points),
+                                                                              len(outs))
     return np.array([[o.data for o in (r if isinstance(r, (list, tuple)) else [r])]
-                     for r in (model(p) for p in points.tolist())]).reshape(len(points), -1)
+                     for r in (model(p) for p in points.tolist())],
+                    dtype=np.float64).reshape(len(points), len(outs))
 
 
 def _margins(scores: np.ndarray) -> np.ndarray:

@@ -419,6 +419,9 @@ class Value(_ValueBase):
             rc = lib.pg_backward_v(id(self), _NULL)
         if rc == lib.PG_E_SWEEP:
             rc = record_backward(self)
+        if rc == lib.PG_E_TRACED:
+            from ._graph_views import traced_error      # (imports this module)
+            raise traced_error("backward()")
         if rc == lib.PG_E_NOMEM:
             raise MemoryError("pygrad: out of memory in backward()")
         if rc < 0:

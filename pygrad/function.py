@@ -18,6 +18,10 @@ per input.  A scalar op's gradient is linear in the incoming grad, so
 ``apply`` calls ``backward(ctx, 1.0)`` once, at forward time, and the C
 backward then adds ``partial * grad`` for each input without calling back
 into Python.  (A backward that is not linear in ``grad`` is not supported.)
+Those partials are the inputs' numbers at ``apply``: ``backward()`` and
+``pygrad.grad`` use them even if an input's ``.data`` changes later, and
+``pygrad.grad(..., create_graph=True)`` then raises ``ValueError`` (as
+torch does for a tensor saved for backward and changed in place).
 On reference Values, ``apply`` builds the same node with a Python backward.
 """
 from typing import Any, List, Tuple
@@ -74,7 +78,8 @@ class Function:
                 v = V(v)
             values.append(v)
         ctx = Context()
-        data = to_real(cls.forward(ctx, *[v.data for v in values]), f"{cls.__name__}.forward's result")
+        xs = [v.data for v in values]
+        data = to_real(cls.forward(ctx, *xs), f"{cls.__name__}.forward's result")
         partials = cls.backward(ctx, 1.0)
         if not isinstance(partials, (tuple, list)) or len(partials) != len(values):
             raise ValueError(f"{cls.__name__}.backward must return {len(values)} grads "
@@ -85,4 +90,7 @@ class Function:
             # pygrad.grad(create_graph=True) runs forward and backward
             # again, on Values: the class says they take Values.
             out.__dict__["_pg_function"] = cls
+            # (the numbers its partials were taken at: create_graph refuses
+            # to run it again on others, higher_order._function_grads)
+            out.__dict__["_pg_function_inputs"] = tuple(xs)
         return out

@@ -291,7 +291,7 @@ def _backprop(view: Any, outputs: Sequence[Any], seeds: Sequence[Any], rules: Ru
         elif code == "FUNCTION":
             if extra is None:
                 raise _function_error(v)
-            _function_grads(extra, kids, g, add, view.Value)
+            _function_grads(extra, v, kids, g, add, view.Value)
         else:
             raise custom_op_error(v, "pygrad.grad")
     return sums
@@ -340,10 +340,18 @@ def _shift(kids: Sequence[Any]) -> float:
     return 0.0 if math.isinf(m) else m
 
 
-def _function_grads(cls: Any, kids: Sequence[Any], g: Any, add: Callable[..., None],
+def _function_grads(cls: Any, v: Any, kids: Sequence[Any], g: Any, add: Callable[..., None],
                     V: type) -> None:
-    """A differentiable pygrad.Function: its forward and backward run again
-    on the Values, so the partials are Values of the graph."""
+    """A differentiable pygrad.Function node ``v``: its forward and backward
+    run again on the Values, so the partials are Values of the graph; they
+    are backward()'s only while the inputs hold apply()'s numbers."""
+    at_apply = getattr(v, "__dict__", {}).get("_pg_function_inputs", ())
+    if any(k.data.hex() != x.hex() for k, x in zip(kids, at_apply)):
+        raise ValueError(
+            f"pygrad.grad(create_graph=True): an input of {cls.__name__} (a pygrad.Function) "
+            f"changed its .data after apply(); backward() uses the partials taken at apply(), "
+            f"so a graph of the current numbers would disagree with it. Call "
+            f"{cls.__name__}.apply again on the new numbers")
     from .function import Context
     ctx = Context()
     cls.forward(ctx, *kids)
@@ -557,10 +565,6 @@ def jvp(f: Callable[..., Any], xs: Any, tangents: Any) -> Tuple[float, float]:
 
 
 def _function_partials(v: Any, cls: Any, kids: Sequence[Any]) -> Sequence[float]:
-    """d v / d kid for each kid of a Function (or microgpt-made) node."""
-    if cls is not None:
-        from .function import Context
-        ctx = Context()
-        cls.forward(ctx, *[k.data for k in kids])
-        return [to_real(p, f"{cls.__name__}.backward's grads") for p in cls.backward(ctx, 1.0)]
+    """d v / d kid for each kid of a Function (or microgpt-made) node: the
+    numbers taken when it was made, as backward() uses them."""
     return v._local_grads

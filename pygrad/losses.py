@@ -38,6 +38,16 @@ def _pairs(a: Iterable[Any], b: Iterable[Any], what: str) -> List[Any]:
     return list(zip(a, b))
 
 
+def _target(t: Any, what: str, role: str = "target") -> float:
+    """A target as a float; a Value is refused as one (targets are numbers),
+    not as a mix of engines."""
+    if is_value(t):
+        raise TypeError(f"{what}: each {role} must be a number, not a Value ({t!r}): pass "
+                        f"t.data, or write the loss from Value ops (e.g. (p - t) ** 2) to "
+                        f"differentiate through the {role} too")
+    return to_real(t, role)
+
+
 def _a_batch(x: Any, what: str, role: str) -> None:
     """A TypeError unless x is a batch (a list, tuple, array, ...): a single
     Value or number is the likely mix-up, and list() would only say it is
@@ -50,7 +60,7 @@ def _a_batch(x: Any, what: str, role: str) -> None:
 
 def mse(preds: Iterable[Scalar], targets: Iterable[float]) -> Scalar:
     """Mean squared error."""
-    return _mean([(p - to_real(t, "target")) ** 2 for p, t in _pairs(preds, targets, "mse")])
+    return _mean([(p - _target(t, "mse")) ** 2 for p, t in _pairs(preds, targets, "mse")])
 
 
 def svm_hinge(scores: Iterable[Scalar], labels: Iterable[float],
@@ -58,7 +68,7 @@ def svm_hinge(scores: Iterable[Scalar], labels: Iterable[float],
     """micrograd's max-margin loss; labels are -1 or +1."""
     pairs = _pairs(scores, labels, "svm_hinge")
     for _, y in pairs:
-        if to_real(y, "label") not in (-1.0, 1.0):
+        if _target(y, "svm_hinge", "label") not in (-1.0, 1.0):
             raise ValueError(f"svm_hinge labels must be -1 or +1, not {y!r}")
     loss = _mean([(1 + -to_real(y, "label") * s).relu() for s, y in pairs])
     if params is not None:
@@ -74,7 +84,7 @@ def bce_with_logits(logits: Iterable[Scalar], targets: Iterable[float]) -> Scala
     z >= 0, and -z*t + log(1 + exp(z)) otherwise (no overflow)."""
     terms = []
     for z, t in _pairs(logits, targets, "bce_with_logits"):
-        t = to_real(t, "target")
+        t = _target(t, "bce_with_logits")
         if not 0.0 <= t <= 1.0:
             raise ValueError(f"bce_with_logits targets must be in [0, 1], not {t!r}")
         if z.data >= 0:

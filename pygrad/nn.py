@@ -79,8 +79,9 @@ class _Tracked(list):
     __slots__ = ()
 
 
-for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert",
-              "pop", "remove", "clear", "sort", "reverse"):
+# (__init__ too: `ws.__init__(items)` refills a list in place)
+for _name in ("__init__", "__setitem__", "__delitem__", "__iadd__", "__imul__", "append",
+              "extend", "insert", "pop", "remove", "clear", "sort", "reverse"):
     setattr(_Tracked, _name, _tracked_method(_name))
 del _name
 

@@ -18,6 +18,8 @@ from ._backend import backend_of
 from ._numbers import is_value, to_setting
 from ._value_ops import Scalar
 
+_INF = float("inf")
+
 __all__ = ["Optimizer", "SGD", "Adam"]
 
 LearningRate = Union[float, Callable[[int], float]]
@@ -128,7 +130,12 @@ class Optimizer:
 
     def current_lr(self) -> float:
         """The learning rate the next ``step()`` uses."""
-        return to_setting(self.lr(self.steps), "lr schedule's value") if callable(self.lr) else self.lr
+        lr = self.lr
+        if callable(lr):
+            return to_setting(lr(self.steps), "lr schedule's value")
+        if type(lr) is float and 0.0 <= lr < _INF:
+            return lr
+        return to_setting(lr, "lr")      # (assigned after construction, as a loop lowers it)
 
     def zero_grad(self) -> None:
         """Set every parameter's grad to 0."""

@@ -16,7 +16,7 @@ import numbers
 from typing import Any, Callable, Iterable, List, Set, Tuple, Union
 
 from . import op_rules
-from ._copies import new_leaf
+from ._copies import new_leaf, state_of
 from ._numbers import local_grad_numbers, real_or_none, value_data
 
 __all__ = ["Value"]
@@ -232,12 +232,12 @@ class Value:
     def __copy__(self) -> "Value":
         """A new leaf with the same data, grad, label and attributes (as
         pygrad.Value's copies: the closures of a graph node stay behind)."""
-        return _leaf(type(self), self.data, self.grad, self.label, dict(self.__dict__))
+        return _leaf(type(self), self.data, self.grad, self.label, state_of(self, Value))
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         """deepcopy and pickle: a new leaf with the same data, grad, label and
         attributes, as ``pygrad.Value``'s (a closure can't be pickled)."""
-        return _leaf, (type(self), self.data, self.grad, self.label), dict(self.__dict__) or None
+        return _leaf, (type(self), self.data, self.grad, self.label), state_of(self, Value)
 
     @property
     def _prev(self) -> Set["Value"]:

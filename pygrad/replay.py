@@ -150,6 +150,11 @@ class Program:
         outputs = (single,) if single is not None else _values(output, "compile's outputs")
         if not outputs:
             raise ValueError("compile needs at least one output Value")
+        for v in outputs:
+            # (a node over a traced input is traced too: the outputs tell)
+            if lib.pg_describe_v(id(v)) >> 8 & lib.PG_F_TRACED:
+                from ._graph_views import traced_error   # (imports this module's)
+                raise traced_error("pygrad.compile")
         # (the C program and batch hold their nodes themselves:
         # csrc/value_binding.h)
         self._outputs: Tuple[Value, ...] = outputs
@@ -236,7 +241,9 @@ class Program:
         output's at 1, leaves accumulate (``+=``)."""
         program = self._single("backward()")
         with self._lock.free():
-            lib.pg_program_backward(program)
+            rc = lib.pg_program_backward(program)
+        if rc:
+            _run_failed(rc, "backward()")
 
     @property
     def threads(self) -> Optional[int]:
@@ -296,11 +303,13 @@ class Program:
             else:
                 w = real_array(grad, f"{what}'s grad")
             shape = w.shape
+            if w.ndim == 1 and not isinstance(grad, (list, tuple, _ndarray)) and np.ndim(grad) == 0:
+                shape = ()      # (a lone number: numpy's contiguous copy is 1-d)
             if not (shape == (n,) and k == 1 or shape == (n, k)):
                 want = f"({n},)" if k == 1 else f"({n}, {k})"
                 per = "row and output" if k > 1 else "row"
                 raise ValueError(f"{what}'s grad needs shape {want}: one weight per {per}, "
-                                 f"got shape {w.shape}")
+                                 f"got shape {shape}")
         return data, w, n
 
     def map(self, rows: Any, grad: Any = None) -> np.ndarray:
@@ -417,11 +426,22 @@ def alive(program: Any) -> Any:
 
 
 def _run_failed(rc: int, what: str) -> None:
+    if rc == lib.PG_E_SWEEP:
+        raise ValueError(rule_set_after_compile(what))
     if rc == lib.PG_E_NOMEM:
         raise MemoryError(f"pygrad: out of memory in {what}")
     if rc < 0:
         raise ValueError(f"pygrad: {what} on a program that was not compiled, or with an "
                          f"optimizer whose state does not fit its parameters")
+
+
+def rule_set_after_compile(what: str) -> str:
+    """The error of a run whose graph got a Python _backward after it was
+    compiled (csrc/program.h, pg_rule_watch)."""
+    return (f"pygrad: {what}: a node of this program got a _backward set in Python after "
+            "the program was compiled; a program runs only C's gradient rules, so its grads "
+            "would skip that closure. Call backward() on the graph itself, or set the "
+            "_backward before compiling (compile refuses it then, and says why)")
 
 
 def check_compile(rc: int, bad: Any, outputs: Tuple[Value, ...]) -> None:

@@ -38,7 +38,7 @@ from ._lifetime import Packed, pack
 from ._node_factory import make_leaves
 from .engine import Value
 from .functional import detached_max, dot
-from .replay import CallLock, alive, check_compile
+from .replay import CallLock, alive, check_compile, rule_set_after_compile
 
 __all__ = ["Token", "embed", "pick", "detached_max", "per_length", "PerLength"]
 
@@ -132,8 +132,8 @@ class _Compiled:
         program = alive(self.program)
         self.set_tokens(ids)
         loss = lib.pg_program_forward(program)
-        if backward:
-            lib.pg_program_backward(program)
+        if backward and lib.pg_program_backward(program):
+            raise ValueError(rule_set_after_compile("per_length's step"))
         return loss
 
 

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+import pygrad
 from pygrad import Context, Function, gradcheck
 from pygrad import Value as C
 from pygrad.reference import Value as R
@@ -24,6 +25,10 @@ class Cube(Function):
     def backward(ctx, grad):
         (x,) = ctx.saved_values
         return (3 * x * x * grad,)
+
+
+class DifferentiableCube(Cube):
+    differentiable = True
 
 
 class Hypot(Function):
@@ -281,3 +286,27 @@ def test_mixing_engines_raises_type_error():
 def test_base_class_is_abstract():
     with pytest.raises(NotImplementedError):
         Function.apply(C(1.0))
+
+
+@pytest.mark.parametrize("V", ENGINES)
+def test_partials_stay_apply_times_after_an_input_changes(V):
+    # A Function's partials are taken once, at apply() (function.py's doc),
+    # and backward() uses them.  After an input's .data changed, the
+    # reference engine's numeric pygrad.grad once ran forward/backward again
+    # on the current numbers (27.0, C 12.0), and create_graph=True did on
+    # both (found by an adversarial review).  Now the numbers are
+    # backward()'s on both engines, and create_graph, which would
+    # differentiate other numbers, is refused (as torch refuses a tensor
+    # saved for backward and changed in place).
+    x = V(2.0)
+    y = DifferentiableCube.apply(x)
+    x.data = 3.0
+    y.backward()
+    assert x.grad == 12.0
+    assert pygrad.grad(y, x)[0].data == x.grad
+    with pytest.raises(ValueError, match=r"DifferentiableCube .*changed its \.data after apply"):
+        pygrad.grad(y, x, create_graph=True)
+    x.data = 2.0                     # apply()'s number again: differentiable
+    (g,) = pygrad.grad(y, x, create_graph=True)
+    assert g.data == 12.0
+    assert pygrad.grad(g, x)[0].data == 12.0       # d/dx 3x^2 = 6x
