@@ -239,6 +239,9 @@ double pg_program_forward(pg_program *p);
 /* 0; PG_E_SWEEP, nothing done, if a node's _backward was set in Python
  * since compiling (its rule is no longer C's). */
 int32_t pg_program_backward(pg_program *p);
+/* 1 if pg_program_backward would refuse so (checked before a step zeroes
+ * the grads: pygrad/token_programs.py), else 0. */
+int pg_program_rules_changed(pg_program *p);
 uint32_t pg_program_size(const pg_program *p);
 /* Whether forward and backward write each interior node's data and grad
  * back into it (on, the default: its Values show the replayed numbers).

@@ -388,6 +388,11 @@ int32_t pg_program_backward(pg_program *p) {
     return 0;
 }
 
+int pg_program_rules_changed(pg_program *p) {
+    flat *f = p != NULL ? p->impl : NULL;
+    return f != NULL && pg_rules_changed(&f->watch);
+}
+
 uint32_t pg_program_size(const pg_program *p) { return (uint32_t)p->n; }
 
 static int by_address(const void *a, const void *b) {

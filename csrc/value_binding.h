@@ -1747,17 +1747,24 @@ static int32_t pg_hvp_numbers_l(uintptr_t root, uintptr_t ins, const double *tan
     }
 /* (each buffer comes with its length: PG_E_ARG, nothing done, if it is
  * shorter than the list) */
-/* A bulk read while this thread traces is refused as a read of v.data is
- * (PG_E_TRACED): its numbers would be baked into every run.  (A bulk write
- * is not: per_length's own token writes are bulk writes.) */
+/* A bulk read while this thread traces, or of a node made from a traced
+ * input, is refused as a read of v.data is (PG_E_TRACED): its numbers are
+ * a trace's.  (A bulk write is not: per_length's own token writes are bulk
+ * writes.) */
+static int any_traced(pg_listobj *l) {
+    pg_node *const *nodes = list_nodes(l);
+    for (size_t i = 0; i < l->n; i++)
+        if (nodes[i]->flags & PG_F_TRACED) return 1;
+    return 0;
+}
 static int32_t gather_data(pg_listobj *l, double *out, size_t nout, int traced) {
-    if (traced) return PG_E_TRACED;
+    if (traced || any_traced(l)) return PG_E_TRACED;
     if (nout < l->n) return PG_E_ARG;
     pg_gather_data(list_nodes(l), l->n, out);
     return 0;
 }
 static int32_t gather_grad(pg_listobj *l, double *out, size_t nout, int traced) {
-    if (traced) return PG_E_TRACED;
+    if (traced || any_traced(l)) return PG_E_TRACED;
     if (nout < l->n) return PG_E_ARG;
     pg_gather_grad(list_nodes(l), l->n, out);
     return 0;

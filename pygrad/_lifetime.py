@@ -126,12 +126,13 @@ def bulk(call: Any, packed: Packed, arr: Any) -> None:
 
 
 def traced(rc: int) -> None:
-    """The error of a bulk read made while this thread traces a loss
-    (PG_E_TRACED): its numbers would be baked into every run."""
+    """The error of a bulk read made while this thread traces a loss, or of
+    Values made from traced inputs (PG_E_TRACED): a trace's numbers."""
     if rc == lib.PG_E_TRACED:
         raise ValueError("pygrad: numbers were read in bulk (Inputs.get, a model's "
-                         "get_data or get_grad) while pygrad.per_length traces the loss: "
-                         "that happens once, not on every run of the program. Read them "
+                         "get_data or get_grad) while pygrad.per_length traces the loss, "
+                         "or from Values made from its traced tokens: those are the trace's "
+                         "numbers, made once, not any run's. Read the parameters' numbers "
                          "outside the loss function")
 
 

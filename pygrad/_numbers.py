@@ -77,6 +77,8 @@ def not_a_number(x: Any, message: str) -> TypeError:
 def to_setting(x: Any, what: str, minimum: float = 0.0, below: Optional[float] = None) -> float:
     """A finite real number >= minimum (and < below), for a hyperparameter
     such as a learning rate; else a TypeError or ValueError naming it."""
+    if is_value(x):
+        raise TypeError(f"{what} must be a number, not a Value ({x!r}): pass v.data")
     v = to_real(x, what)
     if not (minimum <= v < (below if below is not None else float("inf"))):
         bound = f"in [{minimum:g}, {below:g})" if below is not None else f"finite and >= {minimum:g}"

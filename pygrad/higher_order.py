@@ -346,7 +346,8 @@ def _function_grads(cls: Any, v: Any, kids: Sequence[Any], g: Any, add: Callable
     run again on the Values, so the partials are Values of the graph; they
     are backward()'s only while the inputs hold apply()'s numbers."""
     at_apply = getattr(v, "__dict__", {}).get("_pg_function_inputs", ())
-    if any(k.data.hex() != x.hex() for k, x in zip(kids, at_apply)):
+    # (compared as floats, bit for bit: a reference Value's data may be an int)
+    if any(float(k.data).hex() != float(x).hex() for k, x in zip(kids, at_apply)):
         raise ValueError(
             f"pygrad.grad(create_graph=True): an input of {cls.__name__} (a pygrad.Function) "
             f"changed its .data after apply(); backward() uses the partials taken at apply(), "

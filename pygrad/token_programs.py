@@ -244,6 +244,9 @@ class PerLength:
             raise TypeError("per_length was made without an optimizer: pass one to step()")
         ids = self._ids(ids)
         c = self._compiled(len(ids))
+        if lib.pg_program_rules_changed(alive(c.program)):
+            # (refused before the optimizer zeroes a grad: nothing changes)
+            raise ValueError(rule_set_after_compile("per_length's step"))
         opt = self.optimizer
         steps_are_pygrads = getattr(opt, "_steps_are_pygrads", None)
         if steps_are_pygrads is None or not steps_are_pygrads():
