@@ -29,7 +29,7 @@ def function_class(v: Any) -> Any:
     return d.get("_pg_function") if d else None
 
 
-def traced_error(what: str = "pygrad.grad") -> ValueError:
+def traced_error(what: str = "pygrad") -> ValueError:
     """The error of differentiating (``what``) a graph made from a token
     program's traced inputs (PG_F_TRACED)."""
     return ValueError(

@@ -69,7 +69,9 @@ def _scores(model: Any, points: Any) -> np.ndarray:
     if all(isinstance(o, Value) for o in outs):
         return compile_graph(list(outs), inputs=[x0, x1]).map(points).reshape(len(points),
                                                                               len(outs))
-    return np.array([[o.data for o in (r if isinstance(r, (list, tuple)) else [r])]
+    # (a model of another engine gives its Values; one of plain numbers, numbers)
+    return np.array([[o.data if hasattr(o, "data") else o
+                      for o in (r if isinstance(r, (list, tuple)) else [r])]
                      for r in (model(p) for p in points.tolist())],
                     dtype=np.float64).reshape(len(points), len(outs))
 

@@ -130,3 +130,12 @@ def test_plot_writes_a_png_or_says_none(tmp_path):
         assert path is None
     else:
         assert path is not None and (tmp_path / "b.png").stat().st_size > 0
+
+
+def test_a_model_of_plain_numbers_gets_its_classes():
+    # (a model that returns floats, not Values: each point's own call)
+    def model(x):
+        a, b = (v.data if hasattr(v, "data") else v for v in x)
+        return [a - b, b - a]
+    got = boundary.predict_classes(model, [[1.0, 0.0], [0.0, 1.0], [2.0, 3.0]])
+    assert got.tolist() == [0, 1, 1]
