@@ -454,9 +454,8 @@ static int32_t grad_numbers_over(pg_node *const *post, size_t n, void *ctx) {
  * throughout never shows another a grad in between.  A write to one of
  * those grads made meanwhile without the GIL or the lock (a closure
  * sweep's rule, another thread's program run) is undone by the restore:
- * numbers outside a locked walk race as floats do (value_binding.h,
- * rule 6).  Errors as
- * pg_with_order's. */
+ * numbers outside a locked walk race as floats do (lock.h, rule 4).
+ * Errors as pg_with_order's. */
 int32_t pg_grad_numbers(pg_node *const *outs, const double *seeds, uint32_t nout,
                         pg_node *const *ins, uint32_t nin, double *result, int ms) {
     if (nout == 0 || (nin > 0 && result == NULL)) return PG_E_ARG;

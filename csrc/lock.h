@@ -1,6 +1,58 @@
-/* One portable mutex.  C state shared between threads needs a lock of its
- * own: the calls that take long run without Python's GIL (cffi_build.py),
- * and every call may come from any thread. */
+/*
+ * Threads, in four rules (docs/lifetime.md, "Threads", links here; lifetime
+ * is csrc/value_binding.h's five).  Any call may come from any thread.
+ * What is listed under a rule is where it applies, not a further rule.
+ *
+ *  1. The GIL guards Python objects, reference counts and nodes' flags;
+ *     C's long calls let it go only after taking their references.
+ *     - cffi's calls keep it (csrc/cffi_build.py); the long ones
+ *       (backward, compile, a batch's compile and run, hvp, bulk reads and
+ *       writes, optimizer steps, a program's runs) release it.  pygrad
+ *       refuses to run with the GIL disabled.
+ *     - A walk, under the sweep lock only, sees a flag set meanwhile or
+ *       not (a _backward given to a node while another thread walks it
+ *       counts from the next walk).
+ *
+ *  2. A lock is held only while C or pygrad's own bookkeeping runs, never
+ *     across user code, and what was read before it is checked again
+ *     under it.
+ *     - The sweep lock (backward.c) guards walks' marks and scratch, and
+ *       makes a sweep's rules one step (two backward()s over shared nodes
+ *       each add their whole gradient), unless a Python closure lies
+ *       below: that sweep records its order under the lock, then runs its
+ *       rules and closures without it.
+ *     - A Program's and a PerLength's CallLock (pygrad/replay.py) guards
+ *       their buffers for a run; the holding thread calling again (a
+ *       signal handler, a __del__) gets a RuntimeError, never a wait.
+ *       What may call back (an lr schedule, a loss to trace, your
+ *       optimizer's methods) runs before it is taken or after: the
+ *       optimizer's step count read then is checked under it.
+ *     - batch.c's worker threads touch only their job record once a call
+ *       has returned; the record counts its own threads.
+ *
+ *  3. Every wait can be interrupted, and fork() finds nothing held.
+ *     - A waiter for the sweep lock tries in slices of tens of
+ *       milliseconds, running signals between (a Ctrl-C ends the wait).
+ *     - fork() takes the sweep lock around itself; a forked child remakes
+ *       each CallLock on first use (a program another thread was running
+ *       has its grads reset: pg_program_reset), turns the collector back
+ *       on if pygrad had paused it, and counts only the forking thread's
+ *       trace (pg_after_fork_in_child).
+ *
+ *  4. Unguarded by design: a node's numbers outside a locked walk, and
+ *     caches that any thread builds alike.
+ *     - Numbers race as floats do: a closure sweep's rules and another
+ *       thread's writes may lose each other's additions, as two threads'
+ *       += do in micrograd; pygrad.grad's restore (pg_grad_numbers) undoes
+ *       a write made meanwhile without the GIL; settling may read a
+ *       program's arrays while another thread's run writes them.
+ *     - _prev's cache, per_length's program for a length and nn's fused
+ *       cache are built the same by any thread; the first or last made is
+ *       kept.
+ *
+ * Below, one portable mutex.  C state shared between threads needs a lock
+ * of its own: the calls that take long run without Python's GIL.
+ */
 #ifndef PG_LOCK_H
 #define PG_LOCK_H
 

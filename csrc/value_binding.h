@@ -4,128 +4,65 @@
  * of the core that touches Python objects.  It uses CPython's limited,
  * documented C API only: no object's layout is probed or assumed.
  *
- * Lifetime is six rules (pygrad/_lifetime.py states the same for Python;
- * docs/lifetime.md links here).  Each rule is one sentence; what is listed
- * under it is where it applies, not a further rule.
+ * Lifetime is five rules (pygrad/_lifetime.py states the same for Python;
+ * docs/lifetime.md links here).  What is listed under a rule is where it
+ * applies, not a further rule.  Threads have rules of their own
+ * (csrc/lock.h), and so do numbers C keeps outside their nodes
+ * (csrc/replay.c, "Deferred write-back"; pygrad/token_programs.py).
  *
- *  1. A node object owns what its nodes point to, and a node's structure
- *     never changes.
+ *  1. A node object owns what its nodes point to, and a node's op and
+ *     children never change.
  *     - A node lives in a node object (_Node), pygrad's own type, which
  *       only this file makes: Python can't construct, read, write or
  *       resize one.  It holds its nodes inline (an n-ary node's child list
  *       and a Function's partials too) and a reference to every node
- *       object or node list (_NodeList) they point to.  So whatever holds
- *       a node object holds all C can reach, and memory goes back per node
- *       object.
- *     - A node's op and children are written as it is made (a sweep's
- *       restore rewrites the same words), so any thread reads them without
- *       a lock.  What changes later: its walk mark, flags and numbers
- *       (rule 6 says who guards which), and a custom op's pointer to its
- *       Value, which holds nothing (the Value clears it as it goes).
+ *       object or node list (_NodeList) they point to, so whatever holds a
+ *       node object holds all C can reach.
+ *     - A custom op's node names its Value too, without a reference (for
+ *       backward() to find the closure); the Value erases the name as it
+ *       goes.
  *
- *  2. A Value holds its node object and its operands, and nothing Python
- *     does changes which node it has.
+ *  2. A Value holds its node object, given once by C, and the operands it
+ *     was made from.
  *     - _ValueBase (its C base) has the node object and the node's place
- *       in it, written once, by C, when __init__ or an op gives it a node.
- *       Before that, every call that needs the node refuses the Value, and
- *       the views _prev, _children, _local_grads and _op read as empty.
- *     - Its operands (for _prev: the Python graph mirrors C's) and _prev's
- *       cache are slots; attributes, __class__, subclasses and the
- *       collector reach only those.
+ *       in it, written when __init__ or an op gives it a node.  Before
+ *       that, every call that needs the node refuses the Value, and the
+ *       views _prev, _children, _local_grads and _op read as empty.
+ *     - Attributes, __class__, subclasses and the collector reach only the
+ *       operands (for _prev: the Python graph mirrors C's) and _prev's
+ *       cache.
  *
  *  3. The collector sees every Value and no node object.
  *     - Node objects point only to older node objects and node lists, so
- *       they form no cycle and are not tracked.  Values are ordinary
- *       tracked objects: their cycles (a user's closure, a fused model's
- *       table of the Values _prev makes for its hidden nodes) are
- *       collected as any.
- *     - Where pygrad itself makes a big batch of Values in one call
- *       (grad(create_graph=True), a trace), it pauses the collector for
- *       that call, for speed only, and turns it back on only if it was on
- *       (a forked child turns it back on: rule 6).
+ *       they form no cycle and are not tracked.  Values' cycles (a user's
+ *       closure, a fused model's table of the Values _prev makes for its
+ *       hidden nodes) are collected as any.
+ *     - A call that makes a big batch of Values and no garbage (a trace,
+ *       grad(create_graph=True)) runs with the collector paused, for speed
+ *       only, and turns it back on only if it was on.
  *
- *  4. Freeing is reference counting, never recursive, and a release first
- *     finishes what its object left open; an object released in a cycle
- *     is refused after.
+ *  4. Freeing is reference counting, never recursive, and a release
+ *     finishes what its object left open.
  *     - A node object's references go through a per-thread list, a
  *       Value's through CPython's trashcan (ops make only Python classes'
  *       Values, whose dealloc has it): a chain of any length frees in
- *       constant stack.  No pygrad Python runs (a Value's own __del__ and
- *       weakref callbacks run as CPython runs them), and nothing reads a
- *       reference count (batch.c's job record counts its own threads).
- *     - Sweeps, programs and batches are released by ffi.gc.  A sweep's
- *       release puts back the grads it saved unless it was kept
- *       (pg_sweep_keep); a program's writes back what its last run left
- *       pending (rule 5) and leaves replay.c's list; then each lets go of
- *       its hold.  Every run checks replay.py's alive() first, since a
- *       cycle's __del__ may reach a released program.
+ *       constant stack, and no pygrad Python runs.  Nothing reads a
+ *       reference count.
+ *     - Sweeps, programs and batches are released by ffi.gc: a sweep's
+ *       release puts back the grads it saved unless kept (pg_sweep_keep),
+ *       a program's writes back its pending numbers; then each lets go of
+ *       its hold.  A run checks replay.py's alive() first, since a cycle's
+ *       __del__ may reach a released program.
  *     - Never released: C's statics (the three types, set.__new__,
- *       engine's callbacks) and engine's _RESULT_CLASS, so pygrad runs in
- *       one interpreter per process (pg_binding_init refuses a second);
- *       the walks' scratch is kept between walks, capped (backward.c).
+ *       engine's callbacks), so pygrad runs in one interpreter per process
+ *       (pg_binding_init refuses a second).
  *
- *  5. Whatever C reads is held by a reference while it reads it, and is
- *     current.
- *     - Held: a call's arguments (passed by id()) by its caller; a call
- *       that lets the GIL go, by its own reference or by the `hold` of its
- *       sweep, program or batch, which is made (ffi.gc) before the call
- *       that fills it, so a Ctrl-C can't lose it.  batch.c's worker
- *       threads, which may outlive a call, touch only their job record
- *       after it returns.  So a node's address, Python's key for its
- *       identity, names one node while the Value is held.  nn's caches
- *       (a fused layer's packed parameters, _pg_bulk) hold their node lists
- *       until an edit of the model (nn.py's edit counter, or a listed
- *       parameter replaced) makes them stale and they are rebuilt.
- *     - Current: a compiled program leaves its interior numbers in its
- *       arrays; settle_replays writes them back (replay.c, "Deferred
- *       write-back") before anything reads or writes one: every call that
- *       takes a Value or a node list, a .data/.grad access of a
- *       PG_F_REPLAYED node, a sweep between closures, a release.  A
- *       per_length program writes none back (token_programs.py): a Value
- *       made from a token refuses reads (PG_F_TRACED), and one kept from
- *       the traced call without a token keeps the numbers it was made
- *       with, as a micrograd Value does.
- *
- *  6. A lock is held only while C or pygrad's own bookkeeping runs, never
- *     across user code, and what was read before it is checked again
- *     under it.
- *     - The GIL guards node objects, reference counts and replay's list of
- *       programs.  Flags are set under it; a walk, under the sweep lock
- *       only, sees a flag set meanwhile or not (a _backward given to a node
- *       while another thread walks it may count only from the next walk).  pygrad refuses to run with it disabled.  cffi's
- *       calls keep it (csrc/cffi_build.py); the long ones (backward,
- *       compile, a batch's compile and run, hvp, bulk reads and writes,
- *       optimizer steps, a program's runs) let it go after taking their
- *       references.
- *     - The sweep lock (backward.c) guards walks' marks and scratch, and
- *       makes a sweep's rules one step (two backward()s over shared nodes
- *       each add their whole gradient), unless a Python closure lies
- *       below: that sweep records its order under the lock, then runs its
- *       rules and closures without it.  Its holder never takes the GIL; a
- *       waiter waits in tries of tens of milliseconds, running signals
- *       between; fork() takes it around itself.
- *     - A Program's and a PerLength's CallLock (replay.py) guards their
- *       buffers for a run; the thread that holds it and calls again (a
- *       signal handler or __del__ that Python runs meanwhile) gets a
- *       RuntimeError, never a wait.  What may call back (an lr schedule, a
- *       loss to trace, your optimizer's methods) runs before it is taken
- *       or after it is let go: the
- *       optimizer's step count is read then and checked under it (the lr
- *       and state go with that count), and the step is tried again if
- *       another thread stepped.  What pygrad builds outside any lock
- *       (_prev's cache, per_length's program for a length, nn's fused
- *       cache) is built the same by any thread; the first or last made is
- *       kept.
- *     - A forked child finds the sweep lock free, remakes each CallLock on
- *       first use (a program another thread was running at the fork has
- *       its grads reset: pg_program_reset), turns the collector back on if
- *       pygrad had paused it, and counts only the forking thread's trace (pg_after_fork_in_child).
- *     - Unguarded by design: a node's numbers outside a locked walk.  They
- *       race as floats do: a closure sweep's rules and another thread's
- *       writes may lose each other's additions, as two threads' += do in
- *       micrograd, and pygrad.grad's restore (pg_grad_numbers) undoes a
- *       write made meanwhile without the GIL; settling may read a
- *       program's arrays while another thread's run writes them.
+ *  5. Whatever C reads is held by a reference while it reads it.
+ *     - A call's arguments (passed by id()) by its caller; a call that
+ *       lets the GIL go, by its own reference or by the `hold` of its
+ *       sweep, program or batch, made (ffi.gc) before the call that fills
+ *       it, so a Ctrl-C can't lose it.  So a node's address, Python's key
+ *       for its identity, names one node while the Value is held.
  *
  * Python calls these with the GIL held (cffi keeps it for them) and
  * passes objects by id(), which is their address in CPython (pygrad

@@ -1,77 +1,43 @@
-"""Node lifetime, in six rules (csrc/value_binding.h, which implements them,
-states the same at its top with C's names; docs/lifetime.md links to both).
-Each rule is one sentence; what is listed under it is where it applies, not
-a further rule.
+"""Node lifetime, in five rules (csrc/value_binding.h, which implements
+them, states the same at its top with C's names; docs/lifetime.md links to
+both).  What is listed under a rule is where it applies, not a further
+rule.  Threads have rules of their own (csrc/lock.h).
 
-1. **A node object owns what its nodes point to, and a node's structure
-   never changes.**  A node lives in a node object, pygrad's own type,
-   which only C makes: Python can't construct, read, write or resize one.
-   It holds its nodes inline and a reference to every node object or node
-   list they point to, so whatever holds a node object holds all C can
-   reach, and memory goes back per node object.  A node's op and children
-   are fixed when it is made; its mark, flags and numbers change (rule 6),
-   and a custom op's pointer to its Value holds nothing.
-2. **A Value holds its node object and its operands, and nothing Python
-   does changes which node it has.**  ``_ValueBase`` gets the node once,
-   from C, when ``__init__`` or an op makes it; before that, every call
-   that needs it refuses the Value and the views ``_prev``, ``_children``,
-   ``_local_grads`` and ``_op`` read as empty.  Attributes, ``__class__``,
-   subclasses and the collector reach only the operands and ``_prev``'s
-   cache.
+1. **A node object owns what its nodes point to, and a node's op and
+   children never change.**  A node lives in a node object, pygrad's own
+   type, which only C makes: Python can't construct, read, write or resize
+   one.  It holds its nodes inline and a reference to every node object or
+   node list they point to, so whatever holds a node object holds all C
+   can reach.  (A custom op's node names its Value too, without a
+   reference, for ``backward()`` to find the closure.)
+2. **A Value holds its node object, given once by C, and the operands it
+   was made from.**  Before ``__init__`` or an op gives it a node, every
+   call that needs it refuses the Value and the views ``_prev``,
+   ``_children``, ``_local_grads`` and ``_op`` read as empty.  Attributes,
+   ``__class__``, subclasses and the collector reach only the operands and
+   ``_prev``'s cache.
 3. **The collector sees every Value and no node object.**  Node objects
    point only to older ones, so they form no cycle and are not tracked;
    Values' cycles (a user's closure, a fused model's table of the Values
-   ``_prev`` makes for its hidden nodes) are collected as any.  Where
-   pygrad itself makes a big batch of Values in one call
-   (``grad(create_graph=True)``, a trace), it pauses the collector for that
-   call, for speed only, and turns it back on only if it was on.
-4. **Freeing is reference counting, never recursive, and a release first
-   finishes what its object left open; an object released in a cycle is
-   refused after.**  A chain of any length frees in constant stack, runs
-   no pygrad Python (ops make only Python classes' Values, which CPython
-   frees in its trashcan), and nothing reads a reference count.  Sweeps, programs
-   and batches are released by ``ffi.gc``: a sweep's release puts back the
-   grads it saved unless kept, a program's writes back its pending numbers
-   (rule 5); every run checks ``replay.alive`` first, since a cycle's
-   ``__del__`` may reach a released program.  Never released: C's statics
-   and ``engine._RESULT_CLASS``, so pygrad runs in one interpreter per
+   ``_prev`` makes for its hidden nodes) are collected as any.  A call that
+   makes a big batch of Values and no garbage (a trace,
+   ``grad(create_graph=True)``) runs with the collector paused, for speed
+   only, and turns it back on only if it was on.
+4. **Freeing is reference counting, never recursive, and a release
+   finishes what its object left open.**  A chain of any length frees in
+   constant stack and runs no pygrad Python; nothing reads a reference
+   count.  Sweeps, programs and batches are released by ``ffi.gc``: a
+   sweep's release puts back the grads it saved unless kept, a program's
+   writes back its pending numbers; every run checks ``replay.alive``
+   first, since a cycle's ``__del__`` may reach a released program.  C's
+   statics are never released, so pygrad runs in one interpreter per
    process.
-5. **Whatever C reads is held by a reference while it reads it, and is
-   current.**  A call's arguments (passed by ``id()``) are held by its
-   caller; a call without the GIL reads what its own reference or its
-   sweep's, program's or batch's hold keeps, made before the call so a
-   Ctrl-C can't lose it.  So a node's address, Python's key for its
-   identity, names one node while the Value is held.  nn's caches (fused
-   layers' packed parameters, ``_pg_bulk``) hold their node lists until
-   an edit of the model makes them stale and they are rebuilt.  A compiled
-   program leaves its interior numbers in its arrays until something reads
-   or writes a node (a call taking a Value or node list, a ``.data``/``.grad``
-   access, a sweep between closures, a release): they are written back
-   first (replay's deferred write-back).  A ``per_length`` program writes
-   none back: a Value made from a token refuses reads, and one kept from
-   the traced call without a token keeps the numbers it was made with, as
-   a micrograd Value does.
-6. **A lock is held only while C or pygrad's own bookkeeping runs, never
-   across user code, and what was read before it is checked again under
-   it.**  The GIL guards node objects and reference counts (pygrad refuses
-   to run without it), and flags are set under it (a walk sees one set
-   meanwhile or not); C's long calls let it go after taking their
-   references.  The sweep lock guards walks, and makes a sweep's rules one
-   step unless a Python closure lies below (then the closures and rules
-   run without it); waiters try in slices of tens of milliseconds, running
-   signals between, and ``fork()`` takes it around itself.  A Program's
-   ``CallLock`` guards its buffers (the holding thread calling again, as
-   a signal handler or ``__del__`` may, gets a RuntimeError, never a
-   wait); what may call back (an lr schedule, a loss to trace, your
-   optimizer's methods) runs before it is taken or after, and the optimizer's
-   step count, read then, is checked under it (the lr and state go with
-   that count).  What pygrad builds outside any lock (``_prev``'s cache,
-   ``per_length``'s program for a length, nn's fused cache) is the same
-   whichever thread builds it.  A forked child finds every lock free and
-   a program another thread was running reset, and the collector back on
-   if pygrad had paused it.
-   Unguarded by design: a node's numbers outside a locked walk, which race
-   as floats do (two threads' ``+=`` in micrograd lose additions too).
+5. **Whatever C reads is held by a reference while it reads it.**  A
+   call's arguments (passed by ``id()``) are held by its caller; a call
+   without the GIL reads what its own reference or its sweep's, program's
+   or batch's hold keeps, made before the call so a Ctrl-C can't lose it.
+   So a node's address, Python's key for its identity, names one node
+   while the Value is held.
 
 Bulk calls (optimizers, ``Program``, fused layers) take a *node list*
 (``pack``): the nodes of many Values, held by an object of pygrad's own

@@ -1,6 +1,6 @@
 """A freed graph gives its memory back to the system at ``del``.
 
-Node memory is a bytes object (pygrad/_lifetime.py): CPython's small-object
+Node memory is a node object (pygrad/_lifetime.py, rule 1): CPython's small-object
 allocator keeps a graph's nodes in its own arenas, which it returns to the
 system once they are empty.  (When nodes were malloc'd, glibc kept the
 freed heap: a dropped graph's RSS stayed, issue 44 and issue 45 item 11.)
