@@ -8,14 +8,15 @@ Each path is written as micrograd users write it, and run on
 ``pygrad.Value`` and on ``micrograd.engine.Value`` (micrograd 0.1.0, needed:
 ``pip install micrograd``) in this one process, alternating, each timing
 the median of several repeats.  The table gives pygrad's time over
-micrograd's (lower is better) and the target of issue 24; for the field
+micrograd's (lower is better) and the target of issue 24 (issue 51's
+for the bare ``.data`` read); for the field
 paths, also the floor: a class holding a node (node memory, a cffi pg_node)
 whose ``data``/``grad`` are properties around one cffi call each, the
 least a Value with its numbers in C costs; for the first ``_prev`` walk,
 what the first read of each node's ``_prev`` must make before any walking
 (the set of its children, from the operands its Value holds, and for a
-child that has no Value, a number's leaf, a new object holding that
-child's keep: its pointer, from one cffi call, and the keep above); for a
+child that has no Value, a number's leaf, a new object holding its
+parent and the child's address, from one cffi call); for a
 custom op, the closures and their field accesses with one node allocation
 and one call into C per node made, one call per closure run, and no
 bookkeeping.
@@ -190,6 +191,10 @@ def floor_paths() -> Dict[str, Tuple[Callable[[], Any], int]]:
             v.label
         return s
 
+    def bare_reads() -> None:
+        for v in values:
+            v.data
+
     def update() -> None:
         for p in params:
             p.data += -0.01 * p.grad
@@ -200,6 +205,7 @@ def floor_paths() -> Dict[str, Tuple[Callable[[], Any], int]]:
     return {"first _prev walk (per node)": (floor_first_walk(nodes), len(nodes)),
             "custom op, build + backward (per op)": (floor_custom(), 100),
             "v.data / v.grad / v._op / v.label reads (per Value)": (reads, len(values)),
+            "a bare v.data read (per Value)": (bare_reads, len(values)),
             "update loop p.data += -lr*p.grad; p.grad = 0 (per parameter)": (update,
                                                                               len(params))}
 
@@ -284,6 +290,10 @@ def paths(V: Any, nn: Any) -> Dict[str, Tuple[Callable[[], Any], int]]:
             v.label
         return s
 
+    def bare_reads() -> None:
+        for v in values:
+            v.data
+
     def update() -> None:
         for p in params:
             p.data += -0.01 * p.grad
@@ -311,6 +321,7 @@ def paths(V: Any, nn: Any) -> Dict[str, Tuple[Callable[[], Any], int]]:
         "first _prev walk (per node)": (first_walk, units, setup_first),  # type: ignore[dict-item]
         "lecture-style manual backward (per node)": (lambda: lecture_backward(graph(V, n)), units),
         "v.data / v.grad / v._op / v.label reads (per Value)": (reads, len(values)),
+        "a bare v.data read (per Value)": (bare_reads, len(values)),
         "update loop p.data += -lr*p.grad; p.grad = 0 (per parameter)": (update, len(params)),
         "custom op, build + backward (per op)": (custom, 100),
         "an op above a custom op (per op)": (above_custom, 200),
@@ -325,6 +336,7 @@ TARGETS = {
     "first _prev walk (per node)": 4.0,
     "lecture-style manual backward (per node)": 3.0,
     "v.data / v.grad / v._op / v.label reads (per Value)": 5.0,
+    "a bare v.data read (per Value)": 2.5,
     "update loop p.data += -lr*p.grad; p.grad = 0 (per parameter)": 5.0,
     "custom op, build + backward (per op)": 1.5,
     "an op above a custom op (per op)": None,
