@@ -20,7 +20,14 @@
  *       makes a sweep's rules one step (two backward()s over shared nodes
  *       each add their whole gradient), unless a Python closure lies
  *       below: that sweep records its order under the lock, then runs its
- *       rules and closures without it.
+ *       rules and closures without it.  Its holder never waits for the
+ *       GIL, so a thread holding the GIL may wait for it (fork, and
+ *       pygrad.grad's numbers).
+ *     - Other C state shared between threads is atomic (replay.c's pending
+ *       marks and clock, nodes.c's count of rules set in Python),
+ *       thread-local (a trace's flag, the free list of node objects) or
+ *       touched only with the GIL (replay.c's list of programs, the
+ *       collector's pauses).
  *     - A Program's and a PerLength's CallLock (pygrad/replay.py) guards
  *       their buffers for a run; the holding thread calling again (a
  *       signal handler, a __del__) gets a RuntimeError, never a wait.
@@ -50,8 +57,7 @@
  *       cache are built the same by any thread; the first or last made is
  *       kept.
  *
- * Below, one portable mutex.  C state shared between threads needs a lock
- * of its own: the calls that take long run without Python's GIL.
+ * Below, one portable mutex (the sweep lock's).
  */
 #ifndef PG_LOCK_H
 #define PG_LOCK_H

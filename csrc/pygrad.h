@@ -1,7 +1,7 @@
 /*
  * pygrad's public C API: the only header Python's cffi layer sees.
  *
- * Lifetime is csrc/value_binding.h's (its six rules at its top): a node
+ * Lifetime is csrc/value_binding.h's (its five rules at its top): a node
  * lives in a node object of pygrad's own, which holds every node object
  * its nodes point to.  Every creator below writes new nodes into memory
  * the caller passes (the binding: a new node object's) and links them to

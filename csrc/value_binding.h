@@ -103,10 +103,12 @@ static pg_node **obj_words(pg_nodeobj *x) {
     return (pg_node **)(obj_refs(x) + x->nrefs);
 }
 
-/* A new node object of `nodes` nodes, room for `refs` references (NULL
- * until set) and `words` words; NULL with nothing raised when out of
- * memory. */
+/* A new node object of `nodes` nodes (at least one: its dealloc links the
+ * free list through the first), room for `refs` references (NULL until
+ * set) and `words` words; NULL with nothing raised when out of memory or
+ * for no node. */
 static pg_nodeobj *new_nodeobj(uint32_t nodes, uint32_t refs, size_t words) {
+    if (nodes == 0) return NULL;
     size_t total = (size_t)nodes * NODE_WORDS + refs + words;
     if (total > (size_t)PY_SSIZE_T_MAX / sizeof(void *) / 2) return NULL;
     pg_nodeobj *x = PyObject_NewVar(pg_nodeobj, node_type, (Py_ssize_t)total);
@@ -1032,8 +1034,11 @@ static int32_t give_all(PyObject *out, PyObject *cls, pg_nodeobj *x, pg_node *no
     return rc;
 }
 
+/* A Python class of Values: the C base itself is refused, since its
+ * dealloc has no trashcan (rule 4: a chain of them would free recursively). */
 static int value_class(PyObject *cls) {
-    return PyType_Check(cls) && PyType_IsSubtype((PyTypeObject *)cls, value_type);
+    return PyType_Check(cls) && PyType_IsSubtype((PyTypeObject *)cls, value_type) &&
+           (PyTypeObject *)cls != value_type;
 }
 
 /* n leaves holding data[0..n), appended to list out as Values of cls. */
@@ -1500,10 +1505,13 @@ static void pg_zero_hidden_v(uintptr_t value) {
  * that fills it (its `hold`, which cffi does not show) until its release
  * below, which Python's ffi.gc calls, with the GIL, in place of the
  * core's clear. */
-static void take_hold(void **hold, PyObject *x) {
-    if (*hold != NULL) return;
+/* 0, or -1 when it already holds another object (a second root): what it
+ * holds must cover every node it will read. */
+static int take_hold(void **hold, PyObject *x) {
+    if (*hold != NULL) return *hold == (void *)x ? 0 : -1;
     Py_INCREF(x);
     *hold = x;
+    return 0;
 }
 
 static void let_go(void **hold) {
@@ -1557,8 +1565,8 @@ static int32_t pg_backward_v(uintptr_t root, pg_sweep *sweep) {
     pg_valueobj *v = as_value((PyObject *)root);
     if (v == NULL || v->node == NULL) return PG_E_ARG;
     PyObject *owner = (PyObject *)v->owner;
+    if (sweep != NULL && take_hold(&sweep->hold, owner)) return PG_E_ARG;
     Py_INCREF(owner);
-    if (sweep != NULL) take_hold(&sweep->hold, owner);
     PyThreadState *save = PyEval_SaveThread();
     int32_t rc = pg_backward_wait(v->node, sweep, 50);
     PyEval_RestoreThread(save);
@@ -1580,8 +1588,8 @@ static int32_t pg_compile_v(uintptr_t root, pg_program *p, uintptr_t *bad) {
     pg_valueobj *v = as_value((PyObject *)root);
     if (v == NULL || v->node == NULL || bad == NULL) return PG_E_ARG;
     PyObject *owner = (PyObject *)v->owner;
+    if (p != NULL && take_hold(&p->hold, owner)) return PG_E_ARG;
     Py_INCREF(owner);
-    if (p != NULL) take_hold(&p->hold, owner);
     pg_replay_unlist(p);                  /* (compiled again: its numbers go back first) */
     pg_node *found = NULL;
     PyThreadState *save = PyEval_SaveThread();

@@ -126,6 +126,36 @@ def test_node_object_types_cannot_be_subclassed_into_something_constructible():
             Sub()
 
 
+def test_c_makes_no_values_of_the_c_base_itself():
+    # Its dealloc has no trashcan (lifetime rule 4): a chain of such Values
+    # would free recursively.  Every maker of Values refuses the base.
+    from pygrad._core import ffi, lib
+    out: list = []
+    data = ffi.new("double[]", [1.0, 2.0])
+    assert lib.pg_leaves_v(id(out), id(_ValueCore), data, 2) == lib.PG_E_ARG
+    assert out == []
+    assert lib.pg_leaves_v(id(out), id(Value), data, 2) == 0
+    assert [v.data for v in out] == [1.0, 2.0] and all(type(v) is Value for v in out)
+
+
+def test_a_program_or_sweep_holds_one_root_and_refuses_a_second():
+    # What a program holds must cover every node it reads: compiling the
+    # same program again over another root is refused, changing nothing.
+    from pygrad._core import ffi, lib
+    a, b = Value(2.0), Value(3.0)
+    y1, y2 = a * b + a, (a - b) * b
+    program = ffi.gc(ffi.new("pg_program *"), lib.pg_program_release)
+    bad = ffi.new("uintptr_t[2]")
+    assert lib.pg_compile_v(id(y1), program, bad) == 0
+    assert lib.pg_compile_v(id(y1), program, bad) == 0          # the same root again
+    assert lib.pg_compile_v(id(y2), program, bad) == lib.PG_E_ARG
+    assert lib.pg_program_forward(program) == 8.0
+    sweep = ffi.gc(ffi.new("pg_sweep *"), lib.pg_sweep_release)
+    assert lib.pg_backward_v(id(y1), sweep) == 0
+    assert lib.pg_backward_v(id(y2), sweep) == lib.PG_E_ARG
+    assert (a.grad, b.grad) == (4.0, 2.0)
+
+
 def test_data_grad_and_operands_are_getset_attributes_of_the_c_base():
     getset = type(type.__dict__["__dict__"])
     for name in ("data", "grad", "_pg_a", "_pg_b", "_pg_kids"):
