@@ -799,6 +799,11 @@ uint32_t pg_batch_slots(const pg_batch *p) {
     return b ? b->nslots : 0;
 }
 
+uint32_t pg_batch_width(const pg_batch *p, int outputs) {
+    const batch *b = p->impl;
+    return b == NULL ? 0 : outputs ? b->nout : b->ninputs;
+}
+
 int32_t pg_batch_layers(const pg_batch *p) {
     const batch *b = p->impl;
     if (!PG_LAYERS) return -1;

@@ -291,7 +291,8 @@ int64_t pg_program_foreign_inputs_l(pg_program *p, uintptr_t inputs);
 #define PG_FORM_POWK_INT 5
 int32_t pg_custom_v(uintptr_t value, double data, uintptr_t kids);
 int32_t pg_nary_v(uintptr_t value, int op, int variant, uintptr_t values);
-int32_t pg_function_v(uintptr_t value, double data, uintptr_t values, const double *partials);
+int32_t pg_function_v(uintptr_t value, double data, uintptr_t values, const double *partials,
+                      size_t npartials);
 int32_t pg_leaves_v(uintptr_t out, uintptr_t cls, const double *data, uint32_t n);
 int32_t pg_layer_v(uintptr_t out, uintptr_t cls, int act, uintptr_t params, uintptr_t xs,
                    uint32_t nin, uint32_t nout, uintptr_t holds);

@@ -295,6 +295,10 @@ typedef struct pg_optimizer {
     double *steps;
 } pg_optimizer;
 uint32_t pg_batch_slots(const pg_batch *b);
+/* The outputs (outputs nonzero) or the inputs per row a batch was compiled
+ * with, 0 before: what sizes a run's rows and out (Python reads them here,
+ * never from its own attributes, which a user may rebind). */
+uint32_t pg_batch_width(const pg_batch *b, int outputs);
 /* How many whole layers run as one unit each (batch.c, layer.c); -1 in a
  * build without the layer kernels (a compiler without vector extensions). */
 int32_t pg_batch_layers(const pg_batch *b);

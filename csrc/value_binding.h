@@ -937,9 +937,10 @@ static int pg_call_collector_paused_function(uintptr_t out) {
 }
 
 /* Append to list out the op function of (op, form) (fastcall: the
- * interpreter has METH_FASTCALL in its stable ABI, 3.10+).  0, or -1. */
+ * interpreter has METH_FASTCALL in its stable ABI, 3.10+).  0, PG_E_ARG for
+ * no such op or form, or -1 (out of memory). */
 static int pg_op_function(uintptr_t out, int op, int form, int fastcall) {
-    if (op < 0 || op >= PG_OP_COUNT || form < 0 || form >= OP_FORMS) return -1;
+    if (op < 0 || op >= PG_OP_COUNT || form < 0 || form >= OP_FORMS) return PG_E_ARG;
     PyObject *code = PyLong_FromLong((long)op * OP_FORMS + form);
     if (code == NULL) {
         PyErr_Clear();
@@ -993,13 +994,14 @@ static int32_t pg_nary_v(uintptr_t value, int op, int variant, uintptr_t values)
     return give((PyObject *)value, x, obj_nodes(x), t, NULL);
 }
 
-/* A pygrad.Function's node: value data, partials[i] by child i. */
+/* A pygrad.Function's node: value data, partials[i] by child i (npartials
+ * of them: one per Value of tuple values, or PG_E_ARG). */
 static int32_t pg_function_v(uintptr_t value, double data, uintptr_t values,
-                             const double *partials) {
+                             const double *partials, size_t npartials) {
     PyObject *t = (PyObject *)values;
     if (!PyTuple_Check(t) || !fresh((PyObject *)value)) return PG_E_ARG;
     uint32_t n = (uint32_t)PyTuple_Size(t);
-    if (!all_values(t, n) || (n > 0 && partials == NULL)) return PG_E_ARG;
+    if (!all_values(t, n) || npartials != n || (n > 0 && partials == NULL)) return PG_E_ARG;
     pg_nodeobj *x = new_nodeobj(1, n, pg_function_words(n) + n);
     if (x == NULL) return PG_E_NOMEM;
     /* the children's pointers go after the edges, where pg_function copies

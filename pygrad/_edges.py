@@ -22,7 +22,7 @@ def make_local_grads_node(v: Any, data: float, children: tuple, grads: "list[flo
     """Give the new Value ``v`` a node over ``children`` with the given
     local gradients (pg_function_v's return code)."""
     partials = _alloc("double[]", grads) if grads else ffi.NULL
-    return lib.pg_function_v(id(v), data, id(children), partials)
+    return lib.pg_function_v(id(v), data, id(children), partials, len(grads))
 
 
 class _PerChild:

@@ -61,8 +61,13 @@ def make_leaves(data: "list[float]") -> "list[Value]":
 def make_function(data: float, values: "tuple[Value, ...]", partials: "list[float]",
                   name: str) -> "Value":
     """A pygrad.Function node with its captured partials."""
+    if not isinstance(values, tuple) or len(partials) != len(values):
+        # (C refuses it too; this says what was wrong: a crafted pickle)
+        raise ValueError(f"a pygrad.Function node needs one partial per input: "
+                         f"{len(partials)} for {len(values)}")
     out = _new(Value)
-    rc = lib.pg_function_v(id(out), data, id(values), _alloc("double[]", partials))
+    grads = _alloc("double[]", partials)
+    rc = lib.pg_function_v(id(out), data, id(values), grads, len(grads))
     if rc:
         op_failed(rc)
     out._op = name

@@ -16,6 +16,7 @@ attributes it sets would be missing).  A subclass names another class with
 the class attribute ``_pygrad_result_class`` (``_result_class`` reads it).
 """
 import functools
+import gc
 import numbers
 import sys
 from typing import Any, Callable, Iterable, Iterator, Optional, Set, Tuple, Union
@@ -52,6 +53,13 @@ def _bind() -> "tuple[type, type, type]":
                           "pygrad.reference")
     types: list = []
     rc = lib.pg_binding_init(id(types), id(_convert))
+    if rc == -2 and "Value" in globals():
+        # importlib.reload(pygrad.engine): this module's names are still
+        # those of the first import (nothing above has changed what they do)
+        raise ImportError("pygrad.engine can't be reloaded (importlib.reload): its C types "
+                          "are made once per process, and every Value is of them; the "
+                          "loaded pygrad goes on working. Restart the interpreter (the "
+                          "notebook's kernel) to load another pygrad")
     if rc == -2:
         raise ImportError("pygrad's C engine was already imported in another interpreter of "
                           "this process: it runs in one interpreter per process (use "
@@ -74,13 +82,17 @@ def settle() -> None:
     as Python deallocates the last object that holds it (at ``del``, or at
     the next garbage collection for a cycle), so there is nothing to settle.
     It runs a full garbage collection, which frees closure cycles now."""
-    import gc
     gc.collect()
 
 
 # -- the class an op returns ---------------------------------------------------
 
+# The class an op on a cls operand returns, by cls.  At most
+# _RESULT_CLASSES_KEPT classes: a full cache is emptied before the next is
+# added, so that it keeps few classes alive (a notebook cell's, made again
+# and again, and what its methods hold) and a lookup stays one dict read.
 _RESULT_CLASS: "dict[type, type]" = {}
+_RESULT_CLASSES_KEPT = 64
 
 
 def _result_class(cls: type) -> type:
@@ -95,6 +107,8 @@ def _result_class(cls: type) -> type:
             found = cls if cls.__dict__.get("__init__", Value.__init__) is Value.__init__ \
                 and getattr(cls, "__init__") is Value.__init__ else Value
         if isinstance(cls, type) and issubclass(cls, Value):    # (the dunders test operands here)
+            if len(_RESULT_CLASS) >= _RESULT_CLASSES_KEPT:
+                _RESULT_CLASS.clear()
             _RESULT_CLASS[cls] = found
     return found
 
@@ -132,7 +146,10 @@ def _op_function(op: int, form: int) -> Callable[..., Any]:
     """The C function that makes ``op``'s Value in one call (its forms:
     csrc/value_binding.h, "The op functions")."""
     out: list = []
-    if lib.pg_op_function(id(out), op, form, _FASTCALL):
+    rc = lib.pg_op_function(id(out), op, form, _FASTCALL)
+    if rc == _E_ARG:        # (only a crafted pickle names one)
+        raise ValueError(f"pygrad: there is no op function for op {op}, form {form}")
+    if rc:
         raise MemoryError("pygrad: out of memory making the op functions")
     return out[0]
 

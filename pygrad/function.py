@@ -81,10 +81,12 @@ class Function:
         xs = [v.data for v in values]
         data = to_real(cls.forward(ctx, *xs), f"{cls.__name__}.forward's result")
         partials = cls.backward(ctx, 1.0)
-        if not isinstance(partials, (tuple, list)) or len(partials) != len(values):
+        grads = ([to_real(p, f"{cls.__name__}.backward's grads") for p in partials]
+                 if isinstance(partials, (tuple, list)) else None)
+        # (counted in the list made here: a subclass's __len__ may say otherwise)
+        if grads is None or len(grads) != len(values):
             raise ValueError(f"{cls.__name__}.backward must return {len(values)} grads "
                              f"(one per input), got {partials!r}")
-        grads = [to_real(p, f"{cls.__name__}.backward's grads") for p in partials]
         out = backend.make_function(cls.__name__, data, values, grads)
         if getattr(cls, "differentiable", False):
             # pygrad.grad(create_graph=True) runs forward and backward

@@ -30,6 +30,8 @@ class Optimizer:
 
     # The per-parameter state arrays (attribute names) the steps update.
     _STATE: Tuple[str, ...] = ()
+    # The hyperparameters besides lr (_Setting attributes).
+    _SETTINGS: Tuple[str, ...] = ()
 
     def __init__(self, params: Iterable[Scalar], lr: LearningRate) -> None:
         if hasattr(params, "parameters") and not hasattr(params, "__iter__"):
@@ -190,6 +192,9 @@ class Optimizer:
         arrays = {k: state.pop(k) for k in self._STATE}
         steps = state.pop("steps", 0)
         self.__dict__.update(state)
+        for name in self._SETTINGS:         # (checked as an assignment is)
+            if name in state:
+                setattr(self, name, state[name])
         self._backend = backend_of(self._params, what="optimizer parameters")
         self._packed = self._backend.pack(self._params)
         self._views, self._state = {}, {}
@@ -197,6 +202,30 @@ class Optimizer:
             self._set_state(name, arr)
         self._count_steps()
         self.steps = steps
+
+
+class _Setting:
+    """A hyperparameter of an optimizer (``momentum``, ``beta1``, ``eps``,
+    ``weight_decay``, ...): a float, converted when it is set.  So a step,
+    which may run under a Program's lock, runs no code of yours to read it
+    (an object's ``__float__`` runs at the assignment instead)."""
+
+    def __init__(self, below: Optional[float] = None, positive: bool = False) -> None:
+        self.below, self.positive = below, positive
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, opt: Optional["Optimizer"], owner: type) -> Any:
+        if opt is None:
+            return self
+        return opt.__dict__[self.name]
+
+    def __set__(self, opt: "Optimizer", value: Any) -> None:
+        x = to_setting(value, self.name, 0.0, self.below)
+        if self.positive and x == 0.0:
+            raise ValueError(f"{self.name} must be > 0")
+        opt.__dict__[self.name] = x
 
 
 class _State:
@@ -243,12 +272,15 @@ class SGD(Optimizer):
 
     _STATE = ("velocity",)
     velocity = _State()
+    _SETTINGS = ("momentum", "weight_decay")
+    momentum = _Setting()
+    weight_decay = _Setting()
 
     def __init__(self, params: Iterable[Scalar], lr: LearningRate = 0.01, momentum: float = 0.0,
                  weight_decay: float = 0.0) -> None:
         super().__init__(params, lr)
-        self.momentum = to_setting(momentum, "momentum")
-        self.weight_decay = to_setting(weight_decay, "weight_decay")
+        self.momentum = momentum
+        self.weight_decay = weight_decay
         self.velocity = np.zeros(len(self.params), dtype=np.float64)
 
     def _settings(self) -> str:
@@ -272,6 +304,11 @@ class Adam(Optimizer):
     _STATE = ("m", "v")
     m = _State()
     v = _State()
+    _SETTINGS = ("beta1", "beta2", "eps", "weight_decay")
+    beta1 = _Setting(below=1.0)
+    beta2 = _Setting(below=1.0)
+    eps = _Setting(positive=True)
+    weight_decay = _Setting()
 
     def __init__(self, params: Iterable[Scalar], lr: LearningRate = 0.001,
                  betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
@@ -280,10 +317,8 @@ class Adam(Optimizer):
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise TypeError(f"betas must be a pair of numbers, not {betas!r}")
         self.beta1, self.beta2 = (to_setting(b, "each of betas", 0.0, 1.0) for b in betas)
-        self.eps = to_setting(eps, "eps")
-        if self.eps == 0.0:
-            raise ValueError("eps must be > 0")
-        self.weight_decay = to_setting(weight_decay, "weight_decay")
+        self.eps = eps
+        self.weight_decay = weight_decay
         self.m = np.zeros(len(self.params), dtype=np.float64)
         self.v = np.zeros(len(self.params), dtype=np.float64)
 

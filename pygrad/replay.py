@@ -282,7 +282,10 @@ class Program:
         if self._batch is None:
             raise TypeError(f"{what} needs the leaves that vary per row: "
                             "compile(output, inputs=[x0, x1, ...])")
-        k, ninputs = len(self._outputs), len(self._inputs or ())
+        # The widths are the batch's own, never this object's attributes
+        # (which a user may rebind): C reads and writes as many.
+        batch = alive(self._batch)
+        k, ninputs = lib.pg_batch_width(batch, 1), lib.pg_batch_width(batch, 0)
         # The common case first: arrays that are already what C takes.
         if (type(rows) is _ndarray and rows.dtype is _F64 and rows.ndim == 2
                 and rows.shape[1] == ninputs and rows.flags.c_contiguous and rows.flags.aligned):
@@ -324,7 +327,8 @@ class Program:
         ``threads`` threads, with the same bits for any number."""
         data, w, n = self._rows(rows, grad, "map")
         batch = alive(self._batch)
-        out = np.empty((n, len(self._outputs)), dtype=np.float64)
+        k = lib.pg_batch_width(batch, 1)
+        out = np.empty((n, k), dtype=np.float64)
         threads = self._threads or self._auto_threads(n)
         with self._lock.free():
             rc = lib.pg_batch_run(batch, ffi.from_buffer("double[]", data), n,
@@ -332,7 +336,7 @@ class Program:
                                   ffi.NULL if w is None else ffi.from_buffer("double[]", w),
                                   threads)
         _run_failed(rc, "map()")
-        return out.reshape(n) if self._output is not None else out
+        return out.reshape(n) if k == 1 and self._output is not None else out
 
     def train_step(self, rows: Any, grad: Any, optimizer: Any) -> np.ndarray:
         """One training step in one C call: ``optimizer.zero_grad()``,
@@ -348,7 +352,8 @@ class Program:
             raise TypeError("train_step needs grad: the loss weight of each row (e.g. 1/n each)")
         data, w, n = self._rows(rows, grad, "train_step")
         batch = alive(self._batch)
-        out = np.empty(n if self._output is not None else (n, len(self._outputs)))
+        k = lib.pg_batch_width(batch, 1)
+        out = np.empty((n, k), dtype=np.float64)
         threads = self._threads or self._auto_threads(n)
         while True:
             # The lr is read before the lock is taken: a schedule may
@@ -376,7 +381,7 @@ class Program:
             break
         if rc < 0:
             _run_failed(rc, "train_step()")
-        return out
+        return out.reshape(n) if k == 1 and self._output is not None else out
 
     def __len__(self) -> int:
         return self._n
