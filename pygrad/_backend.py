@@ -207,6 +207,20 @@ def _state_fits(rc: int) -> None:
         raise ValueError("pygrad: an optimizer state array is shorter than its parameters")
 
 
+_DOUBLES = ffi.typeof("double[]")
+
+
+def _own(view: Any) -> Any:
+    """``view`` if it is a float64 buffer (``buffer``'s): cffi would turn
+    anything else, a list, into a temporary array that C writes to and
+    drops (the step's state lost, or written past an empty one)."""
+    if not (isinstance(view, ffi.CData) and ffi.typeof(view) is _DOUBLES and len(view)):
+        raise TypeError(f"pygrad: an optimizer's state must be its own float64 arrays "
+                        f"(assign them as opt.velocity = array, opt.m = array, ...), not "
+                        f"{type(view).__name__}")
+    return view
+
+
 class _CBackend(Backend):
     """The C engine: bulk operations are one C call over the Values' nodes
     (a ``Packed``: a node list, which holds them)."""
@@ -247,14 +261,15 @@ class _CBackend(Backend):
                  velocity: Any, steps: Any) -> None:
         nodes = packed.nodes     # (held by a name for the call)
         _state_fits(lib.pg_sgd_step_l(id(nodes), lr, momentum, weight_decay,
-                                      velocity, len(velocity), steps))
+                                      _own(velocity), len(velocity), _own(steps)))
 
     def adam_step(self, packed: Any, lr: float, beta1: float, beta2: float, eps: float,
                   weight_decay: float, bias1: float, bias2: float, m: Any, v: Any,
                   steps: Any) -> None:
         nodes = packed.nodes     # (held by a name for the call)
         _state_fits(lib.pg_adam_step_l(id(nodes), lr, beta1, beta2, eps, weight_decay,
-                                       bias1, bias2, m, len(m), v, len(v), steps))
+                                       bias1, bias2, _own(m), len(m), _own(v), len(v),
+                                       _own(steps)))
 
     def fuses_layers(self, nout: int) -> bool:
         return True

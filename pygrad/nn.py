@@ -47,8 +47,10 @@ __all__ = ["Module", "Neuron", "Layer", "MLP", "Scalar", "Output"]
 # the number it was built at and is rebuilt once it has moved.  Numbers come
 # from a counter (next() is atomic), so edits in several threads never
 # repeat one and a cache never mistakes a later edit for its own.
-_edit_numbers = itertools.count(1)
-_edits = 0
+# (Kept by importlib.reload, which runs this again in the same namespace: a
+# counter from 1 again would give a cache built before a number it had.)
+_edit_numbers = globals().get("_edit_numbers") or itertools.count(1)
+_edits = globals().get("_edits", 0)
 
 
 def _edited() -> None:

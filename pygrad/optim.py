@@ -158,8 +158,15 @@ class Optimizer:
     def _steps_are_pygrads(self) -> bool:
         """Whether ``zero_grad()`` and ``step()`` run only pygrad's own code
         (SGD's or Adam's, not a subclass's), the lr schedule aside: a caller
-        may run them under its lock, having read the lr first."""
-        return type(self) in (SGD, Adam)      # (a subclass's properties are code too)
+        may run them under its lock, having read the lr first.  Not so for a
+        subclass (its properties are code too), a method set on the
+        instance, or a setting written into its ``__dict__`` past the check
+        (C's call would convert it, running its ``__float__``)."""
+        if type(self) not in (SGD, Adam):
+            return False
+        own = self.__dict__
+        return (own.keys().isdisjoint(_STEP_METHODS)
+                and all(type(own.get(name)) is float for name in self._SETTINGS))
 
     def _step(self, lr: float) -> None:
         raise NotImplementedError
@@ -204,6 +211,10 @@ class Optimizer:
         self.steps = steps
 
 
+# What a step under a caller's lock calls on the optimizer.
+_STEP_METHODS = frozenset(("zero_grad", "step", "_step", "_step_at", "current_lr", "steps"))
+
+
 class _Setting:
     """A hyperparameter of an optimizer (``momentum``, ``beta1``, ``eps``,
     ``weight_decay``, ...): a float, converted when it is set.  So a step,
@@ -219,7 +230,10 @@ class _Setting:
     def __get__(self, opt: Optional["Optimizer"], owner: type) -> Any:
         if opt is None:
             return self
-        return opt.__dict__[self.name]
+        try:
+            return opt.__dict__[self.name]
+        except KeyError:        # (an optimizer whose __init__ never ran)
+            raise AttributeError(f"{type(opt).__name__} has no {self.name} yet") from None
 
     def __set__(self, opt: "Optimizer", value: Any) -> None:
         x = to_setting(value, self.name, 0.0, self.below)

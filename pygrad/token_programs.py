@@ -118,13 +118,21 @@ class _Compiled:
 
     def set_tokens(self, ids: Sequence[int]) -> None:
         data, vocab = self.data, self.vocab
-        ffi.memmove(data, bytes(8 * len(self.inputs)), 8 * len(self.inputs))
+        # Sized by the array itself (cffi knows its length), never by an
+        # attribute a user may rebind; C refuses one shorter than the nodes.
+        size = len(data)
+        if size != len(self.inputs) or len(ids) * vocab > size:
+            raise ValueError(f"this length's program has {len(self.inputs)} one-hot inputs "
+                             f"and {size} numbers for them: its attributes were rebound")
+        ffi.memmove(data, bytes(8 * size), 8 * size)
         for i, t in enumerate(ids):
             if not 0 <= t < vocab:             # (as PerLength checks: never another slot)
                 raise ValueError(f"token ids must be ints in range({vocab}), not {t!r}")
             data[i * vocab + t] = 1.0
         nodes = self.inputs.nodes         # (held by a name for the call)
-        lib.pg_scatter_data_l(id(nodes), data, len(self.inputs))
+        if lib.pg_scatter_data_l(id(nodes), data, size):
+            raise ValueError(f"this length's program has more one-hot inputs than its {size} "
+                             f"numbers: its attributes were rebound")
 
     def run(self, ids: Sequence[int], backward: bool) -> float:
         """The loss of ``ids``, and with ``backward`` its gradient (the
