@@ -256,6 +256,12 @@ int pg_record_order(pg_node *const *roots, uint32_t nroots, pg_node ***order, si
     return 0;
 }
 
+size_t pg_sweep_order(const pg_sweep *s, uintptr_t *out, size_t nout) {
+    if (s == NULL || !s->started) return 0;
+    for (size_t i = 0; i < s->n && i < nout; i++) out[i] = (uintptr_t)s->order[i];
+    return s->n;
+}
+
 void pg_sweep_clear(pg_sweep *s) {
     if (s == NULL) return;
     /* A sweep whose pg_sweep_restore never ran (an exception at the wrong

@@ -46,8 +46,8 @@
  * Everything a run needs is allocated by the first run that needs it and
  * kept, but a threaded run's job record (one small calloc per run: a late
  * thread may hold it after the call); nothing is allocated per row or per
- * block.  A program must not run
- * in two threads at once (Python holds a lock).
+ * block.  A batch runs in one thread at a time: Python's lock keeps runs
+ * apart, and a run that meets another (`running`) returns PG_E_BUSY.
  */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L     /* sched_yield */
@@ -55,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "node.h"
+#include <stdatomic.h>
 #include "program.h"
 #include "test_hooks.h"
 #if !defined(_WIN32) && !defined(__STDC_NO_ATOMICS__)
@@ -120,6 +121,10 @@ typedef struct batch {
     worker *work;             /* MAX_WORKERS; work[0] made by compiling, the rest on demand */
     uint32_t nwork;           /* workers made */
     pg_rule_watch watch;      /* every node: refuse grads once a rule is Python's */
+    /* 1 while a run uses the workers' arrays: a second run meanwhile gets
+     * PG_E_BUSY.  Python's CallLock keeps runs apart; this keeps them
+     * apart when that lock is not the one a caller took (a rebound one). */
+    _Atomic int running;
 } batch;
 
 static void worker_free(worker *wk, uint32_t nlayers, int owner) {
@@ -755,10 +760,8 @@ static void run_round(batch *b, const double *rows, size_t n, double *out, const
 #endif
 }
 
-int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, const double *w,
-                     uint32_t threads) {
-    batch *b = p->impl;
-    if (b == NULL) return PG_E_ARG;
+static int32_t batch_run(batch *b, const double *rows, size_t n, double *out, const double *w,
+                         uint32_t threads) {
     if (threads == 0) return PG_E_ARG;
     if (w != NULL && pg_rules_changed(&b->watch)) return PG_E_SWEEP;
     if (batch_prepare(b, n, w) < 0) return PG_E_NOMEM;
@@ -799,6 +802,8 @@ uint32_t pg_batch_slots(const pg_batch *p) {
     return b ? b->nslots : 0;
 }
 
+int pg_batch_alive(const pg_batch *p) { return p != NULL && p->impl != NULL; }
+
 uint32_t pg_batch_width(const pg_batch *p, int outputs) {
     const batch *b = p->impl;
     return b == NULL ? 0 : outputs ? b->nout : b->ninputs;
@@ -810,9 +815,37 @@ int32_t pg_batch_layers(const pg_batch *p) {
     return b ? (int32_t)b->nlayers : 0;
 }
 
+int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, const double *w,
+                     uint32_t threads) {
+    batch *b = p->impl;
+    if (b == NULL) return PG_E_ARG;
+    if (atomic_exchange(&b->running, 1)) return PG_E_BUSY;
+    int32_t rc = batch_run(b, rows, n, out, w, threads);
+    atomic_store(&b->running, 0);
+    return rc;
+}
+
+void pg_batch_reset(pg_batch *p) {
+    batch *b = p != NULL ? p->impl : NULL;
+    if (b != NULL) atomic_store(&b->running, 0);
+}
+
+static int32_t batch_step(pg_batch *p, const double *rows, size_t n, double *out,
+                          const double *w, uint32_t threads, const pg_optimizer *opt);
+
 int32_t pg_batch_step(pg_batch *p, const double *rows, size_t n, double *out, const double *w,
                       uint32_t threads, const pg_optimizer *opt) {
-    if (p->impl == NULL || w == NULL || opt == NULL) return PG_E_ARG;
+    batch *b = p->impl;
+    if (b == NULL) return PG_E_ARG;
+    if (atomic_exchange(&b->running, 1)) return PG_E_BUSY;
+    int32_t rc = batch_step(p, rows, n, out, w, threads, opt);
+    atomic_store(&b->running, 0);
+    return rc;
+}
+
+static int32_t batch_step(pg_batch *p, const double *rows, size_t n, double *out,
+                          const double *w, uint32_t threads, const pg_optimizer *opt) {
+    if (w == NULL || opt == NULL) return PG_E_ARG;
     if (opt->kind == PG_OPT_SGD) {
         if (opt->ns1 < opt->n) return PG_E_ARG;
     } else if (opt->kind == PG_OPT_ADAM) {
@@ -825,7 +858,7 @@ int32_t pg_batch_step(pg_batch *p, const double *rows, size_t n, double *out, co
      * room for the sums first, so that a step without it changes nothing. */
     if (batch_prepare(p->impl, n, w) < 0) return PG_E_NOMEM;
     for (uint32_t i = 0; i < opt->n; i++) opt->params[i]->grad = 0.0;
-    int32_t rc = pg_batch_run(p, rows, n, out, w, threads);
+    int32_t rc = batch_run(p->impl, rows, n, out, w, threads);
     if (rc < 0) return rc;
     if (opt->kind == PG_OPT_SGD)
         return pg_sgd_step(opt->params, opt->n, opt->lr, opt->momentum, opt->weight_decay,

@@ -29,7 +29,8 @@
  *       touched only with the GIL (replay.c's list of programs, the
  *       collector's pauses).
  *     - A Program's and a PerLength's CallLock (pygrad/replay.py) guards
- *       their buffers for a run; the holding thread calling again (a
+ *       their buffers for a run (a batch marks its run too, and refuses a
+ *       second: PG_E_BUSY); the holding thread calling again (a
  *       signal handler, a __del__) gets a RuntimeError, never a wait.
  *       What may call back (an lr schedule, a loss to trace, your
  *       optimizer's methods) runs before it is taken or after: the

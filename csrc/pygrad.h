@@ -206,15 +206,21 @@ void pg_set_traced(pg_node *n);
  * to its end).  The sweep is Python's, zeroed, and released by the
  * binding's pg_sweep_release (ffi.gc), which restores and clears it, then
  * lets go of its hold on the nodes (csrc/value_binding.h). */
+/* A sweep's, program's and batch's fields are C's: Python makes them
+ * (ffi.new) and passes them, but cffi shows no field ("hidden from cffi":
+ * csrc/cffi_build.py), so no write of Python's can point one elsewhere. */
 typedef struct pg_sweep {
-    pg_node **order;       /* the walk, parents first */
-    double *saved;         /* each node's grad and aux, before */
-    size_t n, pos;
-    int done;
-    int started;           /* its order is recorded */
+    pg_node **order;       /* the walk, parents first (hidden from cffi) */
+    double *saved;         /* each node's grad and aux, before (hidden from cffi) */
+    size_t n, pos;         /* (hidden from cffi) */
+    int done;              /* (hidden from cffi) */
+    int started;           /* its order is recorded (hidden from cffi) */
     pg_node *py;           /* the node whose Python backward is due (hidden from cffi) */
     void *hold;            /* the binding's: holds the nodes (hidden from cffi) */
 } pg_sweep;
+/* A recorded sweep's order, parents first: its length, and up to nout of
+ * its nodes' addresses (for identity only) into out. */
+size_t pg_sweep_order(const pg_sweep *s, uintptr_t *out, size_t nout);
 int32_t pg_backward(pg_node *root, pg_sweep *sweep);
 /* pg_backward, or PG_E_BUSY (nothing done) if another thread's walk holds
  * the sweep lock for about ms milliseconds more. */
@@ -230,10 +236,13 @@ void pg_node_backward(pg_node *n);
  * pg_program_release (ffi.gc), which clears it, then lets go of its hold
  * on the nodes (csrc/value_binding.h). */
 typedef struct pg_program {
-    void *impl;            /* the flat program (replay.c) */
-    size_t n;              /* its nodes */
+    void *impl;            /* the flat program, replay.c's (hidden from cffi) */
+    size_t n;              /* its nodes (hidden from cffi: pg_program_size) */
     void *hold;            /* the binding's: holds the nodes (hidden from cffi) */
 } pg_program;
+/* 1 while p holds a compiled program: 0 before its compile and after its
+ * clear (a Program the collector freed, reached from a __del__). */
+int pg_program_alive(const pg_program *p);
 int32_t pg_compile(pg_node *root, pg_program *p, pg_node **bad_node);
 double pg_program_forward(pg_program *p);
 /* 0; PG_E_SWEEP, nothing done, if a node's _backward was set in Python
@@ -267,13 +276,20 @@ void pg_program_reset(pg_program *p);
  * and inputs while it lives.  A run with w returns PG_E_SWEEP, nothing
  * done, if a node's _backward was set in Python since compiling. */
 typedef struct pg_batch {
-    void *impl;
+    void *impl;            /* batch.c's (hidden from cffi) */
     void *hold;            /* the binding's: holds the nodes (hidden from cffi) */
 } pg_batch;
+/* 1 while b holds a compiled batch (pg_program_alive's). */
+int pg_batch_alive(const pg_batch *b);
 int32_t pg_batch_compile(pg_node *const *outputs, uint32_t nout, pg_node *const *inputs,
                          uint32_t ninputs, pg_batch *b, pg_node **bad);
 int32_t pg_batch_run(pg_batch *b, const double *rows, size_t n, double *out, const double *w,
                      uint32_t threads);
+/* pg_batch_run and pg_batch_step return PG_E_BUSY, nothing done, while
+ * another thread's run of the same batch goes on.  pg_batch_reset clears
+ * that mark in a forked child, whose copy may show a run of a thread it
+ * does not have. */
+void pg_batch_reset(pg_batch *b);
 /* The rows of one chunk: sums over rows run chunk by chunk (batch.c), and a
  * run splits its chunks between up to `threads` threads (PG_E_ARG for 0);
  * every thread count gives the same bits. */

@@ -395,6 +395,8 @@ int pg_program_rules_changed(pg_program *p) {
 
 uint32_t pg_program_size(const pg_program *p) { return (uint32_t)p->n; }
 
+int pg_program_alive(const pg_program *p) { return p != NULL && p->impl != NULL; }
+
 static int by_address(const void *a, const void *b) {
     uintptr_t x = (uintptr_t)*(pg_node *const *)a, y = (uintptr_t)*(pg_node *const *)b;
     return (x > y) - (x < y);

@@ -1692,8 +1692,9 @@ static int32_t pg_hvp_numbers_l(uintptr_t root, uintptr_t ins, const double *tan
         Py_DECREF(l);                                                              \
         return rc;                                                                 \
     }
-/* (each buffer comes with its length: PG_E_ARG, nothing done, if it is
- * shorter than the list) */
+/* (each buffer comes with its length: PG_E_ARG, nothing done, unless it
+ * is the list's own, so that a count Python was told wrong reads or writes
+ * nothing C did not) */
 /* A bulk read while this thread traces, or of a node made from a traced
  * input, is refused as a read of v.data is (PG_E_TRACED): its numbers are
  * a trace's.  (A bulk write is not: per_length's own token writes are bulk
@@ -1706,18 +1707,18 @@ static int any_traced(pg_listobj *l) {
 }
 static int32_t gather_data(pg_listobj *l, double *out, size_t nout, int traced) {
     if (traced || any_traced(l)) return PG_E_TRACED;
-    if (nout < l->n) return PG_E_ARG;
+    if (nout != l->n) return PG_E_ARG;
     pg_gather_data(list_nodes(l), l->n, out);
     return 0;
 }
 static int32_t gather_grad(pg_listobj *l, double *out, size_t nout, int traced) {
     if (traced || any_traced(l)) return PG_E_TRACED;
-    if (nout < l->n) return PG_E_ARG;
+    if (nout != l->n) return PG_E_ARG;
     pg_gather_grad(list_nodes(l), l->n, out);
     return 0;
 }
 static int32_t scatter_data(pg_listobj *l, const double *in, size_t nin) {
-    if (nin < l->n) return PG_E_ARG;
+    if (nin != l->n) return PG_E_ARG;
     pg_scatter_data(list_nodes(l), l->n, in);
     return 0;
 }

@@ -23,7 +23,7 @@ from . import _graph_views, _node_factory, engine as _engine
 from . import functional as _functional
 from . import reference as _reference
 from ._core import ffi, lib
-from ._lifetime import bulk as _bulk, pack as _pack, traced as _traced
+from ._lifetime import Packed as _Packed, bulk as _bulk, pack as _pack, traced as _traced
 from ._numbers import is_value
 
 if TYPE_CHECKING:
@@ -64,6 +64,9 @@ class Backend:
         return (backend_named, (self.name,))
 
     # -- bulk operations over a packed list of Values -------------------------
+
+    #: the type of what ``pack`` makes
+    packed_type: type = tuple
 
     def pack(self, values: Iterable[Any]) -> Any:
         """``values`` in the form the bulk operations take (keep it to reuse)."""
@@ -227,22 +230,29 @@ class _CBackend(Backend):
 
     __slots__ = ()
 
+    packed_type = _Packed
+
     def pack(self, values: Iterable[Any]) -> Any:
         return _pack(values)
 
     def fused_optimizer(self, kind: str, packed: Any, steps: Any) -> "tuple[Any, tuple]":
         f: Any = ffi.new("pg_optimizer *")   # Any: the stub's cdata has no fields
         f.kind = lib.PG_OPT_SGD if kind == "sgd" else lib.PG_OPT_ADAM
-        f.steps = steps
+        f.steps = _own(steps)
         # (its parameters: packed's node list, which pg_batch_step_l reads)
         return f, (packed.nodes, steps)
 
     def buffer(self, arr: np.ndarray) -> Any:
-        return ffi.from_buffer("double[]", arr)
+        # (writable: the steps write it; a read-only array is refused here)
+        return ffi.from_buffer("double[]", arr, require_writable=True)
 
     def fill_grad(self, packed: Any, x: float) -> None:
         nodes = packed.nodes     # (held by a name for the call)
-        _traced(lib.pg_fill_grad_l(id(nodes), x))
+        rc = lib.pg_fill_grad_l(id(nodes), x)
+        if rc:
+            _traced(rc)
+            raise TypeError("pygrad: the parameters' node list was replaced by something "
+                            "else (an optimizer's _packed): make the optimizer again")
 
     def gather_data(self, packed: Any) -> np.ndarray:
         out = np.empty(len(packed), dtype=np.float64)

@@ -83,7 +83,7 @@ def pack(values: Iterable[Any]) -> Packed:
 def bulk(call: Any, packed: Packed, arr: Any) -> None:
     """One bulk read or write between ``packed``'s nodes and the float64
     array ``arr`` (``lib.pg_gather_data_l`` and its kind); C refuses an
-    array shorter than the nodes."""
+    array whose length is not the node list's own."""
     nodes = packed.nodes            # (held by a name for the call)
     rc = call(id(nodes), ffi.from_buffer("double[]", arr), arr.size)
     if rc:

@@ -38,6 +38,9 @@ def make_mlp(acts: Any, params: "list[Packed]", sizes: "list[int]", param_values
     outputs are nodes without Values (``_prev`` makes them on demand, one
     per node: the table in ``_pg_b``); the last layer's outputs become
     Values, holding the model's parameters and the inputs."""
+    if len(acts) != len(sizes) - 1:
+        # (a fused cache's parts, rebound: C reads one activation per layer)
+        raise ValueError(f"a fused MLP of {len(sizes) - 1} layers got {len(acts)} activations")
     out: "list[Value]" = []
     table: "dict[int, Value]" = {}
     lists = tuple(p.nodes for p in params)

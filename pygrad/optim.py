@@ -9,12 +9,13 @@ Adam: g as above;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;
 ``lr`` is a number or a schedule: a callable of the step number (0 for the
 first ``step()``) returning the learning rate.
 """
+import functools
 import warnings
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
 
 import numpy as np
 
-from ._backend import backend_of
+from ._backend import C as _C_BACKEND, REFERENCE as _REFERENCE_BACKEND, backend_of
 from ._numbers import is_value, to_setting
 from ._value_ops import Scalar
 
@@ -165,8 +166,12 @@ class Optimizer:
         if type(self) not in (SGD, Adam):
             return False
         own = self.__dict__
+        # (and what the step reads is pygrad's own: a rebound one is code)
         return (own.keys().isdisjoint(_STEP_METHODS)
-                and all(type(own.get(name)) is float for name in self._SETTINGS))
+                and all(type(own.get(name)) is float for name in self._SETTINGS)
+                and own.get("_backend") in _OWN_BACKENDS and type(own.get("_views")) is dict
+                and type(own.get("_steps")) is np.ndarray
+                and type(own.get("_packed")) is self._backend.packed_type)
 
     def _step(self, lr: float) -> None:
         raise NotImplementedError
@@ -211,6 +216,19 @@ class Optimizer:
         self.steps = steps
 
 
+def fused_fill(opt: Any) -> Optional[Callable[[float], Any]]:
+    """``opt``'s C description of its step for ``Program.train_step``, by
+    SGD's or Adam's own ``_fill_fused`` (a subclass's too), never one an
+    instance or a subclass defines: what it makes goes to C.  None for any
+    other optimizer."""
+    if isinstance(opt, SGD):
+        return functools.partial(SGD._fill_fused, opt)
+    if isinstance(opt, Adam):
+        return functools.partial(Adam._fill_fused, opt)
+    return None
+
+
+_OWN_BACKENDS = (_C_BACKEND, _REFERENCE_BACKEND)
 # What a step under a caller's lock calls on the optimizer.
 _STEP_METHODS = frozenset(("zero_grad", "step", "_step", "_step_at", "current_lr", "steps"))
 

@@ -222,6 +222,8 @@ class Program:
         # (a forked child: a run of another thread's was cut short at the fork)
         if self._program is not None:
             lib.pg_program_reset(self._program)
+        if self._batch is not None:
+            lib.pg_batch_reset(self._batch)
 
     def _single(self, what: str) -> Any:
         if self._program is None:
@@ -344,7 +346,8 @@ class Program:
         those three calls.  ``optimizer`` is a ``pygrad.optim.SGD`` or
         ``Adam`` over C Values; returns what ``map`` returns (each row's
         outputs, e.g. its loss)."""
-        fill = getattr(optimizer, "_fill_fused", None)
+        from .optim import fused_fill
+        fill = fused_fill(optimizer)
         if fill is None:
             raise TypeError(f"train_step's optimizer must be a pygrad.optim.SGD or Adam, "
                             f"not {type(optimizer).__name__}")
@@ -356,27 +359,40 @@ class Program:
         out = np.empty((n, k), dtype=np.float64)
         threads = self._threads or self._auto_threads(n)
         while True:
+            # The count of steps, the array the C step adds to: a float64
+            # array of one whole number (read under the lock again, it
+            # tells whether another thread stepped meanwhile).
+            count = optimizer._steps
+            if not (type(count) is _ndarray and count.dtype is _F64 and count.shape == (1,)):
+                raise TypeError("train_step: the optimizer's step count (_steps) is no longer "
+                                "its own array: set opt.steps instead")
+            before = count[0]
+            if not (0.0 <= before < 9007199254740992.0 and before == int(before)):
+                raise ValueError(f"train_step: the optimizer's step count is {before!r}, not "
+                                 f"a whole number: set opt.steps")
             # The lr is read before the lock is taken: a schedule may
             # evaluate the model with this very program (a plateau rule).
-            steps = optimizer.steps
             lr = optimizer.current_lr()
             # The optimizer is read before the lock too (a subclass's
             # settings and attributes may be properties that run the
             # model). fused points into what `held` holds: the state as it
             # is now, whatever another thread sets meanwhile.
             fused, held = fill(lr)
-            count = optimizer._steps               # the array the C step adds to
             nodes = optimizer._packed.nodes        # its parameters (held by a name)
             with self._lock.free():
                 # Inside the lock, no attribute of the optimizer's is read
                 # (a subclass's code would run there): only the count, to
                 # see whether another thread stepped since it was read.
-                if count[0] != steps:
+                if count[0] != before:
                     continue
                 rc = lib.pg_batch_step_l(batch, ffi.from_buffer("double[]", data), n,
                                          ffi.from_buffer("double[]", out),
                                          ffi.from_buffer("double[]", w), threads, fused,
                                          id(nodes))
+                if rc >= 0 and count[0] == before:
+                    # (its steps view counts elsewhere: counted here, as
+                    # Optimizer._step_at does)
+                    count[0] = before + 1.0
                 del held
             break
         if rc < 0:
@@ -419,11 +435,15 @@ def _values(values: Any, what: str) -> Tuple[Value, ...]:
     return out
 
 
+_BATCH_T = ffi.typeof("pg_batch *")
+
+
 def alive(program: Any) -> Any:
     """``program`` (a compiled ``pg_program`` or ``pg_batch``), or a
     RuntimeError if it was freed: the collector frees a Program in a reference cycle, and a
     ``__del__`` in the same garbage may run it after."""
-    if program.impl == ffi.NULL:
+    if not (lib.pg_batch_alive(program) if ffi.typeof(program) is _BATCH_T
+            else lib.pg_program_alive(program)):
         raise RuntimeError("pygrad: this Program was freed by the collector (it was in a "
                            "reference cycle, and a __del__ in the same garbage ran it "
                            "afterwards): keep the Program reachable while you use it")
@@ -431,6 +451,11 @@ def alive(program: Any) -> Any:
 
 
 def _run_failed(rc: int, what: str) -> None:
+    if rc == lib.PG_E_BUSY:
+        # (the Program's lock keeps runs apart; C found another run anyway:
+        # its _lock was rebound)
+        raise RuntimeError(f"pygrad: {what} while another thread runs this Program "
+                           f"(its _lock was replaced): call it after that run returns")
     if rc == lib.PG_E_SWEEP:
         raise ValueError(rule_set_after_compile(what))
     if rc == lib.PG_E_NOMEM:

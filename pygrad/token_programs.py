@@ -119,9 +119,9 @@ class _Compiled:
     def set_tokens(self, ids: Sequence[int]) -> None:
         data, vocab = self.data, self.vocab
         # Sized by the array itself (cffi knows its length), never by an
-        # attribute a user may rebind; C refuses one shorter than the nodes.
+        # attribute a user may rebind; C refuses one not as long as the nodes.
         size = len(data)
-        if size != len(self.inputs) or len(ids) * vocab > size:
+        if size != len(self.inputs) or len(ids) * vocab != size:
             raise ValueError(f"this length's program has {len(self.inputs)} one-hot inputs "
                              f"and {size} numbers for them: its attributes were rebound")
         ffi.memmove(data, bytes(8 * size), 8 * size)

@@ -86,7 +86,10 @@ def backward_walk(root):
     try:
         rc = lib.pg_backward(node(probe), sweep)
         assert rc == 1, f"pg_backward: {rc}"
-        order = [addr(sweep.order[i]) for i in range(sweep.n)]
+        n = lib.pg_sweep_order(sweep, ffi.NULL, 0)
+        out = ffi.new("uintptr_t[]", n)
+        lib.pg_sweep_order(sweep, out, n)
+        order = list(out)
     finally:
         lib.pg_sweep_restore(sweep)
     assert order[0] == addr(node(probe))
