@@ -142,7 +142,7 @@ class Program:
     ``map()`` over rows of inputs (see ``compile``)."""
 
     __slots__ = ("_output", "_outputs", "_inputs", "_program", "_batch", "_lock",
-                 "_n", "_threads", "__weakref__")
+                 "_n", "_threads", "_memory", "__weakref__")
 
     def __init__(self, output: Union[Scalar, Iterable[Scalar]],
                  inputs: Optional[Union[Scalar, Iterable[Scalar]]] = None) -> None:
@@ -171,7 +171,7 @@ class Program:
         if single is not None:
             # Made empty and released in C (ffi.gc) first: nothing is lost
             # whatever interrupts this.
-            program = ffi.gc(ffi.new("pg_program *"), lib.pg_program_release)
+            program = ffi.gc(self._held(ffi.new("pg_program *")), lib.pg_program_release)
             bad = ffi.new("uintptr_t[2]")
             rc = lib.pg_compile_v(id(single), program, bad)
             while rc == lib.PG_E_BUSY:  # another thread walks: signals run between tries
@@ -195,7 +195,7 @@ class Program:
             if id(v) in seen:
                 raise ValueError(f"compile's inputs name the same Value twice: {v!r}")
             seen.add(id(v))
-        batch = ffi.gc(ffi.new("pg_batch *"), lib.pg_batch_release)
+        batch = ffi.gc(self._held(ffi.new("pg_batch *")), lib.pg_batch_release)
         bad = ffi.new("uintptr_t[2]")
         out_nodes, in_nodes = pack(self._outputs).nodes, pack(inputs).nodes
         rc = lib.pg_batch_compile_v(id(out_nodes), id(in_nodes), batch, bad)
@@ -217,6 +217,14 @@ class Program:
     def inputs(self) -> Optional[Tuple[Value, ...]]:
         """The leaves that ``map`` sets from each row, or None."""
         return self._inputs
+
+    def _held(self, memory: Any) -> Any:
+        # The struct's memory, held by the Program too: the collector may
+        # finalize the ffi.gc object (releasing it) before a __del__ in the
+        # same garbage runs the Program, which then reads the released
+        # struct (alive: refused), never freed memory.
+        self._memory = getattr(self, "_memory", ()) + (memory,)
+        return memory
 
     def _reset(self) -> None:
         # (a forked child: a run of another thread's was cut short at the fork)

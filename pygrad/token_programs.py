@@ -108,7 +108,8 @@ def pick(values: Sequence[Any], token: TokenId) -> Any:
 class _Compiled:
     """One length's program: the C program, and its one-hot inputs."""
 
-    __slots__ = ("program", "inputs", "data", "vocab")
+    __slots__ = ("program", "inputs", "data", "vocab", "memory")
+    memory: Any        # the program's struct, held apart from its ffi.gc object
 
     def __init__(self, program: Any, inputs: Packed, vocab: int) -> None:
         self.program = program
@@ -215,7 +216,8 @@ class PerLength:
         if not isinstance(loss, Value):
             raise TypeError(f"per_length: the loss function must return a pygrad.Value, not "
                             f"{type(loss).__name__}")
-        program = ffi.gc(ffi.new("pg_program *"), lib.pg_program_release)
+        memory = ffi.new("pg_program *")    # (held by _Compiled too: replay.Program._held)
+        program = ffi.gc(memory, lib.pg_program_release)
         bad = ffi.new("uintptr_t[2]")
         rc = lib.pg_compile_v(id(loss), program, bad)
         while rc == lib.PG_E_BUSY:      # another thread walks: signals run between tries
@@ -236,7 +238,9 @@ class PerLength:
         # the traced Values go now, and no Value shows an interior node, so
         # the program need not write their numbers back.
         lib.pg_program_write_back(program, 0)
-        return _Compiled(program, inputs, self.vocab)
+        c = _Compiled(program, inputs, self.vocab)
+        c.memory = memory
+        return c
 
     def loss(self, ids: Sequence[int]) -> float:
         """The loss of one sequence of token ids (forward only)."""
