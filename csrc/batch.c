@@ -47,7 +47,8 @@
  * kept, but a threaded run's job record (one small calloc per run: a late
  * thread may hold it after the call); nothing is allocated per row or per
  * block.  A batch runs in one thread at a time: Python's lock keeps runs
- * apart, and a run that meets another (`running`) returns PG_E_BUSY.
+ * apart, and a run that meets another (`running`: program.h's run mark)
+ * returns PG_E_BUSY.
  */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L     /* sched_yield */
@@ -121,10 +122,8 @@ typedef struct batch {
     worker *work;             /* MAX_WORKERS; work[0] made by compiling, the rest on demand */
     uint32_t nwork;           /* workers made */
     pg_rule_watch watch;      /* every node: refuse grads once a rule is Python's */
-    /* 1 while a run uses the workers' arrays: a second run meanwhile gets
-     * PG_E_BUSY.  Python's CallLock keeps runs apart; this keeps them
-     * apart when that lock is not the one a caller took (a rebound one). */
-    _Atomic int running;
+    /* set while a run uses the workers' arrays (program.h: pg_run_begin) */
+    _Atomic unsigned running;
 } batch;
 
 static void worker_free(worker *wk, uint32_t nlayers, int owner) {
@@ -819,15 +818,12 @@ int32_t pg_batch_run(pg_batch *p, const double *rows, size_t n, double *out, con
                      uint32_t threads) {
     batch *b = p->impl;
     if (b == NULL) return PG_E_ARG;
-    if (atomic_exchange(&b->running, 1)) return PG_E_BUSY;
+    /* (a run cut short by a fork leaves nothing to mend: each run starts
+     * its workers' arrays afresh) */
+    if (pg_run_begin(&b->running) == PG_RUN_BUSY) return PG_E_BUSY;
     int32_t rc = batch_run(b, rows, n, out, w, threads);
-    atomic_store(&b->running, 0);
+    pg_run_end(&b->running);
     return rc;
-}
-
-void pg_batch_reset(pg_batch *p) {
-    batch *b = p != NULL ? p->impl : NULL;
-    if (b != NULL) atomic_store(&b->running, 0);
 }
 
 static int32_t batch_step(pg_batch *p, const double *rows, size_t n, double *out,
@@ -837,9 +833,9 @@ int32_t pg_batch_step(pg_batch *p, const double *rows, size_t n, double *out, co
                       uint32_t threads, const pg_optimizer *opt) {
     batch *b = p->impl;
     if (b == NULL) return PG_E_ARG;
-    if (atomic_exchange(&b->running, 1)) return PG_E_BUSY;
+    if (pg_run_begin(&b->running) == PG_RUN_BUSY) return PG_E_BUSY;
     int32_t rc = batch_step(p, rows, n, out, w, threads, opt);
-    atomic_store(&b->running, 0);
+    pg_run_end(&b->running);
     return rc;
 }
 

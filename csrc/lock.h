@@ -29,9 +29,10 @@
  *       touched only with the GIL (replay.c's list of programs, the
  *       collector's pauses).
  *     - A Program's and a PerLength's CallLock (pygrad/replay.py) guards
- *       their buffers for a run (a batch marks its run too, and refuses a
- *       second: PG_E_BUSY); the holding thread calling again (a
- *       signal handler, a __del__) gets a RuntimeError, never a wait.
+ *       their buffers for a run (a program or batch marks its run too,
+ *       and refuses a second: PG_E_BUSY, program.h's run mark); the
+ *       holding thread calling again (a signal handler, a __del__) gets a
+ *       RuntimeError, never a wait.
  *       What may call back (an lr schedule, a loss to trace, your
  *       optimizer's methods) runs before it is taken or after: the
  *       optimizer's step count read then is checked under it.
@@ -42,10 +43,10 @@
  *     - A waiter for the sweep lock tries in slices of tens of
  *       milliseconds, running signals between (a Ctrl-C ends the wait).
  *     - fork() takes the sweep lock around itself; a forked child remakes
- *       each CallLock on first use (a program another thread was running
- *       has its grads reset: pg_program_reset), turns the collector back
- *       on if pygrad had paused it, and counts only the forking thread's
- *       trace (pg_after_fork_in_child).
+ *       each CallLock on first use, takes over a run mark another thread
+ *       left (its grads reset first), turns the collector back on if
+ *       pygrad had paused it, and counts only the forking thread's trace
+ *       (pg_after_fork_in_child).
  *
  *  4. Unguarded by design: a node's numbers outside a locked walk, and
  *     caches that any thread builds alike.

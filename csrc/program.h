@@ -12,9 +12,28 @@
 #ifndef PG_PROGRAM_H
 #define PG_PROGRAM_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include "node.h"
+
+/*
+ * A run's mark: one run of a compiled program or batch at a time, kept by
+ * C itself (Python's CallLock keeps runs apart too, but a caller may have
+ * rebound it).  0 while idle, else (forks << 1) | 1 for the fork count
+ * the run began under: a forked child's count differs, so a run that a
+ * thread the child does not have left marked is taken over (its arrays
+ * made good again by the caller: PG_RUN_CUT_SHORT), never waited for.
+ */
+extern _Atomic unsigned pg_forks;      /* replay.c; pg_replay_after_fork */
+enum { PG_RUN_BUSY, PG_RUN_BEGUN, PG_RUN_CUT_SHORT };
+static inline int pg_run_begin(_Atomic unsigned *mark) {
+    unsigned mine = (atomic_load(&pg_forks) << 1) | 1u, seen = 0;
+    if (atomic_compare_exchange_strong(mark, &seen, mine)) return PG_RUN_BEGUN;
+    if (seen != mine && atomic_compare_exchange_strong(mark, &seen, mine)) return PG_RUN_CUT_SHORT;
+    return PG_RUN_BUSY;
+}
+static inline void pg_run_end(_Atomic unsigned *mark) { atomic_store(mark, 0u); }
 
 typedef struct pg_rows {
     size_t n;               /* rows */

@@ -244,9 +244,15 @@ typedef struct pg_program {
  * clear (a Program the collector freed, reached from a __del__). */
 int pg_program_alive(const pg_program *p);
 int32_t pg_compile(pg_node *root, pg_program *p, pg_node **bad_node);
+/* The output's value; NaN, nothing done, while another thread runs p
+ * (then pg_program_refused, in this thread, is 1 once). */
 double pg_program_forward(pg_program *p);
+int pg_program_refused(void);
 /* 0; PG_E_SWEEP, nothing done, if a node's _backward was set in Python
- * since compiling (its rule is no longer C's). */
+ * since compiling (its rule is no longer C's); PG_E_BUSY, nothing done,
+ * while another thread runs p.  A run of another thread's that a fork cut
+ * short (in a forked child) is taken over: the grads go back to 0 first,
+ * as between runs (program.h: pg_run_begin). */
 int32_t pg_program_backward(pg_program *p);
 /* 1 if pg_program_backward would refuse so (checked before a step zeroes
  * the grads: pygrad/token_programs.py), else 0. */
@@ -261,10 +267,9 @@ void pg_program_write_back(pg_program *p, int on);
  * known[0..nknown) (PG_E_ARG: no program; PG_E_NOMEM). */
 int64_t pg_program_foreign_leaves(const pg_program *p, int flags, pg_node *const *known,
                                   uint32_t nknown);
-/* Every grad slot back to 0, as between runs: for a forked child whose
- * copy of the program another thread was running at the fork (its sweep's
- * grads half made, pygrad/replay.py: CallLock). */
-void pg_program_reset(pg_program *p);
+/* Called in a forked child (pg_after_fork_in_child): a run mark made
+ * before the fork is another thread's, cut short (program.h). */
+void pg_replay_after_fork(void);
 
 /* Batched replay (Program.map; csrc/batch.c): the graph below the outputs,
  * run over n rows of data for the input leaves (row-major, n x ninputs),
@@ -286,10 +291,8 @@ int32_t pg_batch_compile(pg_node *const *outputs, uint32_t nout, pg_node *const 
 int32_t pg_batch_run(pg_batch *b, const double *rows, size_t n, double *out, const double *w,
                      uint32_t threads);
 /* pg_batch_run and pg_batch_step return PG_E_BUSY, nothing done, while
- * another thread's run of the same batch goes on.  pg_batch_reset clears
- * that mark in a forked child, whose copy may show a run of a thread it
- * does not have. */
-void pg_batch_reset(pg_batch *b);
+ * another thread's run of the same batch goes on (in a forked child, a
+ * run cut short by the fork is taken over). */
 /* The rows of one chunk: sums over rows run chunk by chunk (batch.c), and a
  * run splits its chunks between up to `threads` threads (PG_E_ARG for 0);
  * every thread count gives the same bits. */

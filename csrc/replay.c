@@ -27,6 +27,7 @@
 #include <string.h>
 #include "node.h"
 #include "program.h"
+#include "test_hooks.h"
 
 /* Where a step's numbers go back to: its node, its slot and its index. */
 typedef struct write_back {
@@ -60,6 +61,7 @@ typedef struct flat {
     double **gx;
     size_t *ones;
     double tmp;
+    _Atomic unsigned running; /* set while a run uses d and g (program.h: pg_run_begin) */
 } flat;
 
 /* The plain ops step on d and g directly; the n-ary ones through a row rule. */
@@ -353,22 +355,55 @@ void pg_replay_unlist(pg_program *p) {
     f->is_listed = 0;
 }
 
+_Atomic unsigned pg_forks;
+
+void pg_replay_after_fork(void) { atomic_fetch_add(&pg_forks, 1u); }
+
+/* Whether this thread's last pg_program_forward was refused (a NaN). */
+static _Thread_local int refused;
+
+int pg_program_refused(void) {
+    int r = refused;
+    refused = 0;
+    return r;
+}
+
+/* Marks f's run begun (0: another thread's goes on).  A run that a fork
+ * cut short left grads in g: they go back to 0, as between runs, and its
+ * half-made numbers are not written back. */
+static int run_begin(flat *f) {
+    int r = pg_run_begin(&f->running);
+    if (r == PG_RUN_CUT_SHORT) {
+        for (size_t s = 0; s < f->n; s++) f->g[2 * s] = 0.0;
+        atomic_store(&f->pending, 0);
+    }
+    if (r != PG_RUN_BUSY) pg_test_run_begun();
+    return r != PG_RUN_BUSY;
+}
+
 /* (A released program runs nothing: Python refuses it first, replay.py's
  * alive.) */
 double pg_program_forward(pg_program *p) {
     flat *f = p != NULL ? p->impl : NULL;
     if (f == NULL) return 0.0 / 0.0;
+    if (!run_begin(f)) {
+        refused = 1;
+        return 0.0 / 0.0;
+    }
     read_leaves(f);
     pg_steps_forward(&f->run, f->d);
     if (f->defer && f->root_node != NULL) f->root_node->data = f->d[f->root];
     ran(f, PENDING_DATA);
-    return f->d[f->root];
+    double out = f->d[f->root];
+    pg_run_end(&f->running);
+    return out;
 }
 
 int32_t pg_program_backward(pg_program *p) {
     flat *f = p != NULL ? p->impl : NULL;
     if (f == NULL) return PG_E_ARG;
     if (pg_rules_changed(&f->watch)) return PG_E_SWEEP;
+    if (!run_begin(f)) return PG_E_BUSY;
     /* The leaves' current data, as node rules would read, and grads. */
     for (size_t j = 0; j < f->nleaves; j++) {
         fetch_leaf(f, j);
@@ -385,6 +420,7 @@ int32_t pg_program_backward(pg_program *p) {
     }
     if (f->defer && f->root_node != NULL) f->root_node->grad = f->gout[f->nsteps - 1];
     ran(f, PENDING_GRAD);
+    pg_run_end(&f->running);
     return 0;
 }
 
@@ -423,13 +459,6 @@ int64_t pg_program_foreign_leaves(const pg_program *p, int flags, pg_node *const
 void pg_program_write_back(pg_program *p, int on) {
     flat *f = p != NULL ? p->impl : NULL;
     if (f != NULL) f->defer = on;
-}
-
-void pg_program_reset(pg_program *p) {
-    flat *f = p != NULL ? p->impl : NULL;
-    if (f == NULL) return;
-    for (size_t s = 0; s < f->n; s++) f->g[2 * s] = 0.0;
-    atomic_store(&f->pending, 0);       /* (a run cut short: nothing of it to write back) */
 }
 
 static int is_listed(const pg_program *p) {

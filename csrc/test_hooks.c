@@ -8,6 +8,7 @@
 #include "test_hooks.h"
 
 #ifdef PG_TEST_HOOKS
+#include <stdatomic.h>
 #include "lock.h"
 #ifndef _WIN32
 #include <time.h>
@@ -49,6 +50,27 @@ static uint32_t held_workers;
 void pg_hold_workers(int hold) { set_locked(&hold_workers, hold != 0); }
 uint32_t pg_held_workers(void) { return get_locked(&held_workers); }
 
+static void nap_ms(void) {
+#ifdef _WIN32
+    Sleep(1);
+#else
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+#endif
+}
+
+static _Atomic uint32_t hold_runs, held_runs;
+
+void pg_hold_runs(int hold) { atomic_store(&hold_runs, hold != 0); }
+uint32_t pg_held_runs(void) { return atomic_load(&held_runs); }
+
+void pg_test_run_begun(void) {
+    if (!atomic_load(&hold_runs)) return;
+    atomic_fetch_add(&held_runs, 1u);
+    while (atomic_load(&hold_runs)) nap_ms();
+    atomic_fetch_sub(&held_runs, 1u);
+}
+
 /* A batched run's thread: wait (polling, never holding the lock while
  * asleep) while the tests hold the workers. */
 void pg_test_worker_started(void) {
@@ -61,12 +83,7 @@ void pg_test_worker_started(void) {
         pg_mutex_unlock(&hook_lock);
         if (!hold) return;
         counted = 1;
-#ifdef _WIN32
-        Sleep(1);
-#else
-        struct timespec ms = {0, 1000000};
-        nanosleep(&ms, NULL);
-#endif
+        nap_ms();
     }
 }
 
@@ -78,12 +95,7 @@ void pg_test_caller_waits(uint32_t threads) {
         int wait = hold_workers && held_workers < threads;
         pg_mutex_unlock(&hook_lock);
         if (!wait) return;
-#ifdef _WIN32
-        Sleep(1);
-#else
-        struct timespec ms = {0, 1000000};
-        nanosleep(&ms, NULL);
-#endif
+        nap_ms();
     }
 }
 

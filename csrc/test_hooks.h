@@ -30,6 +30,11 @@ uint32_t pg_held_workers(void);
  * pg_sweep_lock_waits counts the tries that found it taken since. */
 void pg_test_hold_sweep_lock(int hold);
 uint32_t pg_sweep_lock_waits(void);
+/* With hold 1, a program's forward or backward (replay.c) waits once it
+ * has marked itself running, until hold is 0 again; pg_held_runs says how
+ * many wait now.  Atomics, no lock: a forked child's copy is usable. */
+void pg_hold_runs(int hold);
+uint32_t pg_held_runs(void);
 /* cdef-end */
 
 /* For the core: does this allocation fail? */
@@ -38,9 +43,11 @@ void pg_test_hooks_lock(void);
 void pg_test_hooks_unlock(void);
 void pg_test_worker_started(void);
 void pg_test_caller_waits(uint32_t threads);
+void pg_test_run_begun(void);
 #else
 static inline void pg_test_worker_started(void) {}
 static inline void pg_test_caller_waits(uint32_t threads) { (void)threads; }
+static inline void pg_test_run_begun(void) {}
 static inline int pg_alloc_fails(void) { return 0; }
 static inline void pg_test_hooks_lock(void) {}
 static inline void pg_test_hooks_unlock(void) {}

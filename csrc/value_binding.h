@@ -848,6 +848,7 @@ static int pauses;
  * by calls the child may have no thread to end (Python turns it back on);
  * only the forking thread can be tracing now. */
 static int pg_after_fork_in_child(void) {
+    pg_replay_after_fork();
     int paused = pauses > 0;
     pauses = 0;
     tracers = tracing ? 1 : 0;

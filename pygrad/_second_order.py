@@ -150,7 +150,7 @@ class Sweep:
     (pygrad/higher_order.py's _Walk: children first), by node index."""
 
     def __init__(self, walk: Any, view: Any, so: SecondOrder,
-                 partials: Callable[[Any, Any, Sequence[Any]], Sequence[float]]) -> None:
+                 partials: Callable[[Any], Sequence[float]]) -> None:
         self.order = walk.order
         self.so = so
         self.partials = partials      # a Function's partials (numbers)
@@ -220,7 +220,7 @@ class Sweep:
             return Dual(y, pre.t, pre.has) if act is None else tan.unary[act](pre, y)
         elif code == "FUNCTION":       # (forward only: its partials are numbers)
             v = self.order[i]
-            for j, p in zip(kids, self.partials(v, extra, self.kid_values[i])):
+            for j, p in zip(kids, self.partials(v)):
                 if has_t[j]:
                     _add_tangent(r, p * t[j])
         elif code != "LOGSUMEXP":

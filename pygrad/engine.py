@@ -416,6 +416,12 @@ class Value(_ValueBase):
         if "_backward" in own:       # made by Value(data, children, op): flagged in C
             own["_backward"] = fn
             return
+        if (type(fn) is functools.partial and fn.func is _node_backward and not fn.keywords
+                and len(fn.args) == 1 and fn.args[0] is self):
+            # its own C rule given back (`c._backward = c._backward`, as a
+            # wrapper that saves and restores it does): nothing changes, and
+            # the node stays C's (compile() takes it)
+            return
         if is_noop(fn) and lib.pg_nkids_v(id(self)) == 0:
             # micrograd's own default (`lambda: None`) set on a leaf, as code
             # written for micrograd does to its parameters: it changes nothing,

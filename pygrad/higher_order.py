@@ -286,7 +286,7 @@ def _backprop(view: Any, outputs: Sequence[Any], seeds: Sequence[Any], rules: Ru
             for j in range(len(kids) - 1, -1, -1):
                 add(kids[j], e[j], q)
         elif code == "FUNCTION" and not graph:      # C's rule: partial * g
-            for kid, p in zip(kids, _function_partials(v, extra, kids)):
+            for kid, p in zip(kids, _function_partials(v)):
                 add(kid, p, g)
         elif code == "FUNCTION":
             if extra is None:
@@ -565,7 +565,7 @@ def jvp(f: Callable[..., Any], xs: Any, tangents: Any) -> Tuple[float, float]:
     return y.data, float(root_t[0])
 
 
-def _function_partials(v: Any, cls: Any, kids: Sequence[Any]) -> Sequence[float]:
+def _function_partials(v: Any) -> Sequence[float]:
     """d v / d kid for each kid of a Function (or microgpt-made) node: the
     numbers taken when it was made, as backward() uses them."""
     return v._local_grads

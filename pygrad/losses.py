@@ -66,11 +66,13 @@ def mse(preds: Iterable[Scalar], targets: Iterable[float]) -> Scalar:
 def svm_hinge(scores: Iterable[Scalar], labels: Iterable[float],
               params: Optional[Iterable[Scalar]] = None, alpha: float = 1e-4) -> Scalar:
     """micrograd's max-margin loss; labels are -1 or +1."""
-    pairs = _pairs(scores, labels, "svm_hinge")
-    for _, y in pairs:
-        if _target(y, "svm_hinge", "label") not in (-1.0, 1.0):
+    pairs = [(s, _target(y, "svm_hinge", "label"), y)
+             for s, y in _pairs(scores, labels, "svm_hinge")]
+    for _, t, y in pairs:
+        if t not in (-1.0, 1.0):
             raise ValueError(f"svm_hinge labels must be -1 or +1, not {y!r}")
-    loss = _mean([(1 + -to_real(y, "label") * s).relu() for s, y in pairs])
+    # (each label converted once: the number checked is the number used)
+    loss = _mean([(1 + -t * s).relu() for s, t, _ in pairs])
     if params is not None:
         ps = list(params)
         if ps:

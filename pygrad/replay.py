@@ -106,29 +106,23 @@ class CallLock:
     (a Program's, a PerLength's): made anew in a forked child (whose copy
     may be held by a thread it does not have), and a RuntimeError, not a
     wait, when the holding thread calls again (a signal handler, or a
-    callback run during the call)."""
+    callback run during the call).  C keeps runs apart too, and mends a
+    run a fork cut short (csrc/program.h: pg_run_begin)."""
 
-    __slots__ = ("_lock", "_forks", "_busy", "_cut_short")
+    __slots__ = ("_lock", "_forks", "_busy")
 
-    def __init__(self, busy: str, cut_short: Optional[Any] = None) -> None:
+    def __init__(self, busy: str) -> None:
         self._lock = threading.RLock()
         self._forks = _forks[0]
         self._busy = busy
-        # called in a forked child whose copy of the lock another thread
-        # held at the fork: its C call's buffers are half made there
-        self._cut_short = cut_short
 
     def free(self) -> Any:
         """The lock, to hold with ``with`` (see the class)."""
         if self._forks != _forks[0]:
             with _remaking:         # a forked child: a new lock, made once
                 if self._forks != _forks[0]:
-                    # (the copy: taken here unless another thread held it at the fork)
-                    cut_short = not self._lock.acquire(blocking=False)
                     self._lock = threading.RLock()
                     self._forks = _forks[0]
-                    if cut_short and self._cut_short is not None:
-                        self._cut_short()
         lock: Any = self._lock          # Any: the stubs' RLock has no _is_owned
         # Only this thread can make this true: a handler that runs after
         # the check and calls again takes the lock and frees it again.
@@ -166,7 +160,7 @@ class Program:
             "Program is busy in this thread: a signal handler or callback called it while it "
             "runs (forward, backward, map or train_step), which would wait for itself "
             "forever. Call it after the running call returns (e.g. have the handler set a "
-            "flag), or use another Program compiled from the same graph", self._reset)
+            "flag), or use another Program compiled from the same graph")
         self._threads: Optional[int] = None
         if single is not None:
             # Made empty and released in C (ffi.gc) first: nothing is lost
@@ -226,13 +220,6 @@ class Program:
         self._memory = getattr(self, "_memory", ()) + (memory,)
         return memory
 
-    def _reset(self) -> None:
-        # (a forked child: a run of another thread's was cut short at the fork)
-        if self._program is not None:
-            lib.pg_program_reset(self._program)
-        if self._batch is not None:
-            lib.pg_batch_reset(self._batch)
-
     def _single(self, what: str) -> Any:
         if self._program is None:
             raise TypeError(f"{what} replays one output; this program has "
@@ -244,7 +231,10 @@ class Program:
         output's value."""
         program = self._single("forward()")
         with self._lock.free():        # (its arrays are the backward's too)
-            return lib.pg_program_forward(program)
+            out: float = lib.pg_program_forward(program)
+        if out != out and lib.pg_program_refused():
+            _run_failed(lib.PG_E_BUSY, "forward()")
+        return out
 
     def backward(self) -> None:
         """Backpropagate as on a fresh graph: interior grads from 0, the

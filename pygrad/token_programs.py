@@ -40,6 +40,11 @@ from .engine import Value
 from .functional import detached_max, dot
 from .replay import CallLock, alive, check_compile, rule_set_after_compile
 
+# (the PerLength's lock keeps runs apart; C found another run anyway: its
+# _lock was rebound)
+_BUSY_ELSEWHERE = ("pygrad: per_length ran while another thread runs the same length's "
+                   "program (its _lock was replaced): call it after that run returns")
+
 __all__ = ["Token", "embed", "pick", "detached_max", "per_length", "PerLength"]
 
 
@@ -140,8 +145,13 @@ class _Compiled:
         caller holds the PerLength's lock)."""
         program = alive(self.program)
         self.set_tokens(ids)
-        loss = lib.pg_program_forward(program)
-        if backward and lib.pg_program_backward(program):
+        loss: float = lib.pg_program_forward(program)
+        if loss != loss and lib.pg_program_refused():
+            raise RuntimeError(_BUSY_ELSEWHERE)
+        rc = lib.pg_program_backward(program) if backward else 0
+        if rc == lib.PG_E_BUSY:
+            raise RuntimeError(_BUSY_ELSEWHERE)
+        if rc:
             raise ValueError(rule_set_after_compile("per_length's step"))
         return loss
 
@@ -169,12 +179,7 @@ class PerLength:
         self._lock = CallLock(
             "this per_length is busy in this thread: a signal handler or callback (an lr "
             "schedule) called it while it runs, which would wait for itself forever. Call it "
-            "after the running call returns (e.g. have the handler set a flag)", self._reset)
-
-    def _reset(self) -> None:
-        # (a forked child: a run of another thread's was cut short at the fork)
-        for c in list(self._programs.values()):
-            lib.pg_program_reset(c.program)
+            "after the running call returns (e.g. have the handler set a flag)")
 
     @property
     def vocab(self) -> int:

@@ -12,6 +12,7 @@ import pytest
 
 import pygrad
 from pygrad import Value, nn, optim
+from pygrad._core import lib
 
 from helpers import run_python
 
@@ -297,56 +298,86 @@ def test_a_forked_child_can_use_a_program_whose_lock_was_held():
     assert out.strip() == "0"
 
 
+needs_run_hook = pytest.mark.skipif(not hasattr(lib, "pg_hold_runs"),
+                                    reason="needs a test build (PYGRAD_TEST_HOOKS=1)")
+
+# A subprocess prelude: a program whose backward() another thread runs and
+# is held in C (test hook) right after it marked its run begun.
+HELD_RUN = """
+import os, threading
+import pygrad
+from pygrad import Value
+from pygrad._core import lib
+from pygrad.replay import CallLock
+
+def fresh_grads():
+    fa, fb = Value(0.5), Value(-1.5)
+    ((fa * fb + fa).tanh() * fb).backward()
+    return fa.grad, fb.grad
+
+a, b = Value(0.5), Value(-1.5)
+y = (a * b + a).tanh() * b
+prog = pygrad.compile(y)
+lib.pg_hold_runs(1)
+runner = threading.Thread(target=prog.backward)
+runner.start()
+while lib.pg_held_runs() < 1:
+    threading.Event().wait(0.001)
+"""
+
+
+@needs_run_hook
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork()")
-def test_a_forked_child_resets_a_program_another_thread_was_running():
-    """fork() while another thread holds a Program's lock (its run cut
-    short in the child, grads half made): the child's first call resets the
-    program's grads first (pg_program_reset) and replays as a fresh graph;
-    a lock the forking thread itself held resets nothing."""
+def test_a_forked_child_takes_over_a_run_another_thread_was_in():
+    """fork() while another thread's backward() is inside C (held by a test
+    hook): in the child that thread is gone, its run mark left set and its
+    grads half made.  The child's first run takes the mark over, sets the
+    grads back to 0 and replays as a fresh graph; the parent's run then
+    finishes as one backward()."""
     out = run_python("""
-        import os, threading
-        import pygrad
-        from pygrad import Value
-        a, b = Value(0.5), Value(-1.5)
-        y = (a * b + a).tanh() * b
-        prog = pygrad.compile(y)
-        calls = []
-        reset = prog._lock._cut_short
-        prog._lock._cut_short = lambda: (calls.append(1), reset())
-        held, done = threading.Event(), threading.Event()
-
-        def runner():                   # as a run in C would hold it
-            with prog._lock.free():
-                held.set()
-                done.wait(60)
-
-        t = threading.Thread(target=runner)
-        t.start()
-        held.wait(60)
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
+                lib.pg_hold_runs(0)
                 a.grad = b.grad = 0.0
                 prog.forward()
                 prog.backward()
-                fa, fb = Value(0.5), Value(-1.5)
-                ((fa * fb + fa).tanh() * fb).backward()
-                code = 0 if calls == [1] and (a.grad, b.grad) == (fa.grad, fb.grad) else 2
+                code = 0 if (a.grad, b.grad) == fresh_grads() else 2
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
-        done.set()
-        t.join()
-        print(os.WEXITSTATUS(status))
-        with prog._lock.free():         # the forking thread holds it: nothing cut short
-            pid = os.fork()
-            if pid == 0:
-                os._exit(0 if (prog.forward(), calls) == (y.data, []) else 3)
-        _, status = os.waitpid(pid, 0)
-        print(os.WEXITSTATUS(status))
-    """, timeout=60)
-    assert out.split() == ["0", "0"]
+        lib.pg_hold_runs(0)
+        runner.join()
+        print(os.WEXITSTATUS(status), (a.grad, b.grad) == fresh_grads())
+    """, timeout=60, prelude=HELD_RUN)
+    assert out.split() == ["0", "True"]
+
+
+@needs_run_hook
+def test_a_program_refuses_a_second_run_even_with_its_lock_replaced():
+    """Another thread's backward() is inside C; this thread replaces the
+    Program's lock (so the Python lock no longer keeps them apart) and calls
+    forward() and backward(): C's run mark refuses each with a
+    RuntimeError, nothing done; the held run then finishes as one
+    backward() would, and the program runs on."""
+    out = run_python("""
+        prog._lock = CallLock("busy")
+        said = []
+        for call in (prog.forward, prog.backward):
+            try:
+                call()
+            except RuntimeError as e:
+                said.append("another thread runs this Program" in str(e))
+        lib.pg_hold_runs(0)
+        runner.join()
+        once = (a.grad, b.grad) == fresh_grads()
+        a.grad = b.grad = 0.0
+        prog.backward()
+        print(said == [True, True], once, (a.grad, b.grad) == fresh_grads(),
+              prog.forward() == y.data)
+    """, timeout=60, prelude=HELD_RUN)
+    assert out.split() == ["True"] * 4
 
 
 # --- 10. a Ctrl-C during the lazy numpy import -------------------------------

@@ -121,6 +121,30 @@ def test_python_backward_nodes_refuse_to_compile():
         pygrad.compile(y)
 
 
+def test_a_node_given_back_its_own_rule_stays_cs_and_compiles():
+    """``c._backward = c._backward`` (a wrapper that saves a node's rule and
+    puts it back) changes nothing: the node keeps C's rule, a program over
+    it compiles and replays, and its grads are the reference engine's.  Any
+    other callable, even another node's rule, makes the node Python's."""
+    def build(V):
+        a, b = V(0.7), V(-1.3)
+        c = (a * b).tanh()
+        return a, b, c, c + a * 2.0
+
+    a, b, c, y = build(Value)
+    saved = c._backward
+    c._backward = saved
+    program = pygrad.compile(y)
+    program.forward()
+    program.backward()
+    ra, rb, _, ry = build(RefValue)
+    ry.backward()
+    assert (a.grad, b.grad) == (ra.grad, rb.grad)
+    c._backward = y._backward
+    with pytest.raises(ValueError):
+        program.backward()
+
+
 def test_function_nodes_refuse_to_compile():
     Square = square_function()
     with pytest.raises(ValueError, match="Function"):

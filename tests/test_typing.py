@@ -276,7 +276,8 @@ def test_core_stub_names_what_the_compiled_core_has():
     hooks = set(_build_script().test_hook_names())
     assert hooks == {"pg_fail_alloc", "pg_fail_alloc_pending",
                      "pg_hold_workers", "pg_held_workers",
-                     "pg_test_hold_sweep_lock", "pg_sweep_lock_waits"}
+                     "pg_test_hold_sweep_lock", "pg_sweep_lock_waits",
+                     "pg_hold_runs", "pg_held_runs"}
     assert names == set(dir(lib)) | hooks
     assert hooks <= set(dir(lib)) or not hooks & set(dir(lib))
 
