@@ -134,12 +134,14 @@ static nodes scratch_post;
 
 /* Every node below the roots, children first, into *post (sweep lock
  * held), each marked; *flags gets the or of their flags.  Returns 0, or
- * PG_E_NOMEM with every mark it set cleared again.
+ * PG_E_NOMEM with every mark it set cleared again.  `graded`: not below a
+ * detached_max node (node.h: pg_record_order).
  *
  * The order is a recursive depth-first walk's: a node's children in turn,
  * each one looked at (is it marked?) only once the ones before it are
  * done, and the node listed after them. */
-static int walk(pg_node *const *roots, uint32_t nroots, nodes *post, uint32_t *flags) {
+static int walk(pg_node *const *roots, uint32_t nroots, int graded, nodes *post,
+                uint32_t *flags) {
     frame *stack = scratch_stack;
     size_t depth = 0, cap = scratch_cap;
     uint32_t seen = 0;
@@ -178,7 +180,7 @@ static int walk(pg_node *const *roots, uint32_t nroots, nodes *post, uint32_t *f
                 next = NULL;
                 if (arity < 0) {
                     f->node = (uintptr_t)n | NARY_TAG;
-                    f->u.next = 0;
+                    f->u.next = graded && n->op == PG_OP_MAX ? SIZE_MAX : 0;
                 } else {
                     f->node = (uintptr_t)n;
                     f->u.second = arity == 2 ? n->c.kid[1] : NULL;
@@ -230,7 +232,8 @@ static int walk(pg_node *const *roots, uint32_t nroots, nodes *post, uint32_t *f
     return rc;
 }
 
-int pg_record_order(pg_node *const *roots, uint32_t nroots, pg_node ***order, size_t *n) {
+int pg_record_order(pg_node *const *roots, uint32_t nroots, int graded, pg_node ***order,
+                    size_t *n) {
     if (nroots == 0) return PG_E_ARG;
     for (uint32_t j = 0; j < nroots; j++)
         if (roots[j] == NULL) return PG_E_ARG;
@@ -238,7 +241,7 @@ int pg_record_order(pg_node *const *roots, uint32_t nroots, pg_node ***order, si
     uint32_t flags;
     /* (PG_E_BUSY: the caller's Python tries again, running signals between) */
     if (!sweep_acquire_within(50)) return PG_E_BUSY;
-    int rc = walk(roots, nroots, &post, &flags);
+    int rc = walk(roots, nroots, graded, &post, &flags);
     if (rc == 0) unmark(&post);
     sweep_release();
     if (rc < 0) {
@@ -332,7 +335,7 @@ static int32_t backward_locked(pg_node *root, pg_sweep *s, int ms) {
     else if (!sweep_acquire_within((unsigned)ms)) return PG_E_BUSY;
     nodes post = scratch_post;
     post.n = 0;
-    int32_t rc = walk(&root, 1, &post, &flags);
+    int32_t rc = walk(&root, 1, 1, &post, &flags);
     if (rc == 0 && (flags & PG_F_TRACED)) {
         /* A trace's numbers are not the program's: no grad from them. */
         unmark(&post);
@@ -407,7 +410,7 @@ int32_t pg_with_order(pg_node *const *roots, uint32_t nroots, int ms,
     nodes post = scratch_post;
     post.n = 0;
     uint32_t flags = 0;
-    int32_t rc = walk(roots, nroots, &post, &flags);
+    int32_t rc = walk(roots, nroots, 1, &post, &flags);
     int walked = rc == 0;       /* (a failed walk has cleared its marks) */
     if (rc == 0 && (flags & PG_F_TRACED)) rc = PG_E_TRACED;
     if (rc == 0 && (flags & PG_F_PY_BACKWARD)) rc = PG_E_SWEEP;

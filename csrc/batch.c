@@ -119,6 +119,9 @@ typedef struct batch {
     uint32_t *layer_at;       /* per slot: 1 + the layer that starts or ends there, else 0 */
     uint32_t *run, nrun;      /* what a sweep runs, in order: each op's slot, or a
                                * layer's first slot for the whole layer (no leaves) */
+    uint32_t *back, nback;    /* what backward runs, last first: run but the ops
+                               * below a detached_max only (pg_layout) */
+    uint8_t *detached;        /* pg_layout's, or NULL */
     worker *work;             /* MAX_WORKERS; work[0] made by compiling, the rest on demand */
     uint32_t nwork;           /* workers made */
     pg_rule_watch watch;      /* every node: refuse grads once a rule is Python's */
@@ -146,7 +149,7 @@ static void batch_free(batch *b) {
     if (b == NULL) return;
     for (uint32_t i = 0; b->work != NULL && i < MAX_WORKERS; i++)
         worker_free(&b->work[i], b->nlayers, i == 0);
-    free(b->work); free(b->layer_at); free(b->run);
+    free(b->work); free(b->layer_at); free(b->run); free(b->back); free(b->detached);
     free(b->op); free(b->variant); free(b->k); free(b->nk); free(b->first_edge);
     free(b->xs); free(b->gxs);
     free(b->zero_slot); free(b->summed); free(b->input_slot); free(b->out_slot);
@@ -441,10 +444,13 @@ static int32_t make_worker(batch *b, uint32_t k) {
 /* The sweeps' list: a program of 4,554 slots (MLP(2, [64, 64, 1])) has
  * about 4,400 leaves and 3 layers, and runs 20 entries. */
 static int32_t list_runs(batch *b) {
-    if (!PG_ALLOC(b->run, b->nslots)) return PG_E_NOMEM;
+    if (!PG_ALLOC(b->run, b->nslots) || !PG_ALLOC(b->back, b->nslots)) return PG_E_NOMEM;
     for (uint32_t s = 0; s < b->nslots; s++) {
         if (b->op[s] == PG_OP_LEAF) continue;
         b->run[b->nrun++] = s;
+        /* (a layer stays whole: its rule adds nothing from a 0 grad) */
+        if (b->detached == NULL || !b->detached[s] || (b->layer_at && b->layer_at[s]))
+            b->back[b->nback++] = s;
 #if PG_LAYERS
         if (b->layer_at && b->layer_at[s]) {
             const pg_layer *L = &b->work[0].layer[b->layer_at[s] - 1];
@@ -478,6 +484,8 @@ int32_t pg_batch_compile(pg_node *const *outputs, uint32_t nout, pg_node *const 
     for (uint32_t c = 0; c < ninputs && rc == 0; c++)
         if (inputs[c] == NULL) rc = PG_E_ARG;
     if (rc == 0) rc = lay_out(b, &L, inputs, outputs, bad);
+    b->detached = L.detached;           /* (list_runs reads it) */
+    L.detached = NULL;
     if (rc == 0) rc = find_layers(b);
     if (rc == 0) rc = list_runs(b);
     if (rc == 0) pg_rule_watch_take(&b->watch, &L, rules);
@@ -539,8 +547,8 @@ static void run_block(const batch *b, worker *wk, const double *rows, size_t m, 
         double *g = wk->grad + (size_t)b->out_slot[j] * B;
         for (size_t i = 0; i < m; i++) g[i] += w[i * b->nout + j];
     }
-    for (uint32_t k = b->nrun; k-- > 0;) {
-        uint32_t s = b->run[k];
+    for (uint32_t k = b->nback; k-- > 0;) {
+        uint32_t s = b->back[k];
 #if PG_LAYERS
         if (b->layer_at && b->layer_at[s]) {
             pg_layer_backward(&wk->layer[b->layer_at[s] - 1], m, &wk->scratch);

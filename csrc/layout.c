@@ -43,7 +43,8 @@ uint32_t pg_layout_slot(const pg_layout *L, const pg_node *node) {
 
 void pg_layout_free(pg_layout *L) {
     free(L->node); free(L->leaf); free(L->first_edge); free(L->kid); free(L->by_node);
-    *L = (pg_layout){0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0};
+    free(L->graded); free(L->detached);
+    *L = (pg_layout){0};
 }
 
 /* Index L->node[0..n) by address (L->by_node, at most half full). */
@@ -94,6 +95,31 @@ static int32_t by_level(pg_layout *L) {
     return 0;
 }
 
+/* With a detached_max node in the program: L->graded and L->detached
+ * (program.h), from the walk backward() makes. */
+static int32_t grade(pg_node *const *roots, uint32_t nroots, pg_layout *L) {
+    int any = 0;
+    for (uint32_t s = L->nleaves; s < L->n && !any; s++) any = L->node[s]->op == PG_OP_MAX;
+    if (!any) return 0;
+    pg_node **order;          /* parents first */
+    size_t n;
+    int32_t rc = pg_record_order(roots, nroots, 1, &order, &n);
+    if (rc < 0) return rc;
+    if (!(PG_ALLOC(L->graded, n) && PG_ALLOC(L->detached, L->n))) {
+        free(order);
+        return PG_E_NOMEM;
+    }
+    for (uint32_t s = L->nleaves; s < L->n; s++) L->detached[s] = !L->leaf[s];
+    for (size_t i = 0; i < n; i++) {
+        uint32_t s = pg_layout_slot(L, order[i]);
+        if (s == UINT32_MAX || L->leaf[s]) continue;
+        L->detached[s] = 0;
+        L->graded[L->ngraded++] = s;
+    }
+    free(order);
+    return 0;
+}
+
 /* The hash table's size for n nodes: a power of two, at least 2n. */
 static size_t table_size(size_t n, size_t *cap) {
     size_t c = 16;
@@ -104,10 +130,10 @@ static size_t table_size(size_t n, size_t *cap) {
 
 int32_t pg_lay_out(pg_node *const *roots, uint32_t nroots, pg_layout *L, pg_node **bad,
                    int levels) {
-    *L = (pg_layout){0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0};
+    *L = (pg_layout){0};
     pg_node **order;          /* parents first */
     size_t n;
-    int32_t rc = pg_record_order(roots, nroots, &order, &n);
+    int32_t rc = pg_record_order(roots, nroots, 0, &order, &n);
     if (rc < 0) return rc;
     if (n >= UINT32_MAX) {    /* UINT32_MAX means "no slot" */
         free(order);
@@ -156,6 +182,7 @@ int32_t pg_lay_out(pg_node *const *roots, uint32_t nroots, pg_layout *L, pg_node
     }
     if (rc == 0) L->first_edge[n] = e;
     free(order);
+    if (rc == 0) rc = grade(roots, nroots, L);
     if (rc < 0) pg_layout_free(L);
     return rc;
 }

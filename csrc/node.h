@@ -63,10 +63,15 @@ void *pg_realloc(void *p, size_t size);
 
 /* backward.c: every node reachable from the roots, parents before
  * children, in a malloc'd buffer (the caller frees it); PG_E_BUSY (nothing
- * done) if another walk holds the sweep lock for about 50 ms more. */
-int pg_record_order(pg_node *const *roots, uint32_t nroots, pg_node ***order, size_t *n);
-/* backward.c: the same order handed to use() under the sweep lock, every
- * node in it marked (use may set a mark to any nonzero value). */
+ * done) if another walk holds the sweep lock for about 50 ms more.  With
+ * `graded`, only the nodes a gradient reaches: backward()'s order, which
+ * does not go below a detached_max node (PG_OP_MAX: its number is its
+ * largest child's, a constant to every gradient); without, the nodes a
+ * forward pass needs too (a compiled program's). */
+int pg_record_order(pg_node *const *roots, uint32_t nroots, int graded, pg_node ***order,
+                    size_t *n);
+/* backward.c: the graded order handed to use() under the sweep lock,
+ * every node in it marked (use may set a mark to any nonzero value). */
 int32_t pg_with_order(pg_node *const *roots, uint32_t nroots, int ms,
                       int32_t (*use)(pg_node *const *order, size_t n, void *ctx), void *ctx);
 

@@ -655,28 +655,41 @@ void pg_steps_forward(const pg_steps *ps, double *d) {
     }
 }
 
-void pg_steps_backward(const pg_steps *ps, const double *d, double *g) {
-    const pg_rows *rows = ps->rows;
-    const pg_step *step = ps->step;
-    double *gout = ps->gout;
-    pg_node *const *node = ps->node;
-    for (size_t i = ps->n; i-- > 0;) {
-        const pg_step *p = &step[i];
-        if (ps->fetch_ahead && i >= PG_FETCH_AHEAD) fetch_operands(&step[i - PG_FETCH_AHEAD], g);
-        double gs = g[p->s];
-        if (gout != NULL) gout[i] = gs;
-        if (node != NULL) node[i]->grad = gs;
-        if (p->fast != PG_FAST_NONE) {
-            fast_backward(p, d, g, gs);
-        } else {
-            switch (p->op) {
+/* Step i of ps backward: its grad out (gout, node), its rule, its grad
+ * slot back to 0. */
+static inline void step_backward(const pg_steps *ps, size_t i, const double *d, double *g) {
+    const pg_step *p = &ps->step[i];
+    double gs = g[p->s];
+    if (ps->gout != NULL) ps->gout[i] = gs;
+    if (ps->node != NULL) ps->node[i]->grad = gs;
+    if (p->fast != PG_FAST_NONE) {
+        fast_backward(p, d, g, gs);
+    } else {
+        switch (p->op) {
 #define PG_OP(code, name, arity, methods, act, doc) \
-            case PG_OP_##code: step_backward_##code(p, d, g, gs, rows); break;
+        case PG_OP_##code: step_backward_##code(p, d, g, gs, ps->rows); break;
 #include "ops.def"
 #undef PG_OP
-            }
         }
-        g[p->s] = 0.0;
+    }
+    g[p->s] = 0.0;
+}
+
+void pg_steps_backward(const pg_steps *ps, const double *d, double *g) {
+    const pg_step *step = ps->step;
+    if (ps->order != NULL) {
+        /* (a graph with a detached_max: the steps below it only are left out) */
+        const uint32_t *order = ps->order;
+        for (size_t k = 0, n = ps->norder; k < n; k++) {
+            if (ps->fetch_ahead && k + PG_FETCH_AHEAD < n)
+                fetch_operands(&step[order[k + PG_FETCH_AHEAD]], g);
+            step_backward(ps, order[k], d, g);
+        }
+        return;
+    }
+    for (size_t i = ps->n; i-- > 0;) {
+        if (ps->fetch_ahead && i >= PG_FETCH_AHEAD) fetch_operands(&step[i - PG_FETCH_AHEAD], g);
+        step_backward(ps, i, d, g);
     }
 }
 

@@ -77,10 +77,15 @@ typedef struct pg_steps {
     double *gout;             /* backward: each step's grad, by step; NULL: none */
     const pg_rows *rows;      /* the n-ary steps' arguments */
     int fetch_ahead;          /* operands often far away: prefetch them */
+    /* NULL: backward runs every step, last first.  Else it runs these
+     * (norder step indices, in order): those a gradient reaches, in
+     * backward()'s order (a graph with a detached_max: pg_layout). */
+    const uint32_t *order;
+    size_t norder;
 } pg_steps;
 
 /* Every step in order, writing each node's data back if node is set.
- * Backward runs them in reverse from g (the root's grad set, every other
+ * Backward runs them in reverse (or as `order` says) from g (the root's grad set, every other
  * interior grad 0), leaves each step's own g slot at 0 again, and writes
  * step i's grad to its node if node is set, to gout[i] if gout is (for a
  * write-back after the sweep, in the nodes' address order: replay.c). */
@@ -193,6 +198,13 @@ typedef struct pg_layout {
     uint32_t *kid;            /* kid[first_edge[s] .. first_edge[s + 1]), as slots */
     pg_slot_of *by_node;      /* node -> slot: a hash table of cap entries (node NULL: free) */
     size_t cap;
+    /* With a detached_max node (PG_OP_MAX) among them, else NULL and 0:
+     * the interior slots a gradient reaches, in backward()'s order
+     * (parents first: node.h, pg_record_order), and per slot 1 for an
+     * interior node below a detached_max only, which forward runs and
+     * backward skips. */
+    uint32_t *graded, ngraded;
+    uint8_t *detached;
 } pg_layout;
 /* Lay out the graph below roots[0..nroots), leaves first, then in
  * backward()'s order, or with `levels` level by level (layout.c).

@@ -41,6 +41,7 @@ typedef struct flat {
     pg_steps run;             /* interior nodes, in topological order */
     pg_step *steps;
     write_back *back;         /* per step, by node address */
+    uint32_t *graded;         /* run.order: the steps backward runs, or NULL (all) */
     write_back *hidden;       /* the SUB and DIV steps (their hidden grad: ops.c) */
     size_t nhidden;
     double *gout;             /* per step: its grad, for the write-back */
@@ -69,7 +70,7 @@ static int plain(int op) { return pg_rules[op].arity > 0; }
 
 static void flat_free(flat *f) {
     if (f == NULL) return;
-    free(f->steps); free(f->back); free(f->hidden); free(f->gout); free(f->leaf); free(f->leaf_node); free(f->d);
+    free(f->steps); free(f->back); free(f->graded); free(f->hidden); free(f->gout); free(f->leaf); free(f->leaf_node); free(f->d);
     free(f->rows); free(f->x); free(f->gx); free(f->ones);
     pg_rule_watch_free(&f->watch);
     free(f);
@@ -210,8 +211,14 @@ static int32_t lay_out(flat *f, const pg_layout *L) {
         qsort(f->back, nsteps, sizeof *f->back, by_node_address);
     }
     f->defer = 1;
+    /* (a detached_max's steps below it: forward runs them, backward not,
+     * and their gout stays 0, as a fresh graph's grads) */
+    if (rc == 0 && L->graded != NULL && !PG_ALLOC(f->graded, L->ngraded)) rc = PG_E_NOMEM;
+    for (uint32_t k = 0; rc == 0 && f->graded != NULL && k < L->ngraded; k++)
+        f->graded[k] = L->graded[k] - (uint32_t)nleaves;     /* (leaves first: one step per slot after) */
     f->run = (pg_steps){nsteps, f->steps, NULL, f->gout, f->rows,
-                        rc == 0 && far_apart(f->steps, nsteps, nleaves)};
+                        rc == 0 && far_apart(f->steps, nsteps, nleaves), f->graded,
+                        f->graded != NULL ? L->ngraded : 0};
     free(slot);
     return rc;
 }

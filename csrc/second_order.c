@@ -294,6 +294,14 @@ static int has_rules(int op) {
     }
 }
 
+/* The children the graded order holds (node.h: pg_record_order): none of
+ * a detached_max node's. */
+static uint32_t graded_children(pg_node *x, pg_node *const **kids) {
+    if (x->op != PG_OP_MAX) return pg_children(x, kids);
+    *kids = NULL;
+    return 0;
+}
+
 static int32_t hvp_over(pg_node *const *order, size_t n, void *ctx) {
     const hvp_call *c = ctx;
     if (n >= UINT32_MAX) return PG_E_NOMEM;
@@ -301,7 +309,7 @@ static int32_t hvp_over(pg_node *const *order, size_t n, void *ctx) {
     for (size_t i = 0; i < n; i++) {
         pg_node *const *kids;
         if (!has_rules(order[i]->op)) return PG_E_SWEEP;
-        edges += pg_children(order[i], &kids);
+        edges += graded_children(order[i], &kids);
         order[i]->mark = (uint32_t)(i + 1);
     }
     size_t m = n ? n : 1;
@@ -318,7 +326,7 @@ static int32_t hvp_over(pg_node *const *order, size_t n, void *ctx) {
         start[0] = 0;
         for (size_t i = 0; i < n; i++) {
             pg_node *x = order[i], *const *kids;
-            uint32_t nk = pg_children(x, &kids);
+            uint32_t nk = graded_children(x, &kids);
             bytes[i] = x->op;
             variant[i] = x->variant;
             k[i] = x->op == PG_OP_POWK ? x->aux.k : 0.0;

@@ -127,6 +127,13 @@ class Optimizer:
         """Adopt ``arr`` as ``name``'s state: checked, then viewed as the
         backend's steps take it, so the next step uses this very array."""
         arr = self._check_state(name, arr)
+        for other, held in self._state.items():
+            # (a step reads and writes each state array element by element:
+            # two that overlap would read each other's new numbers, and C's
+            # order and the reference engine's differ)
+            if other != name and np.may_share_memory(arr, held):
+                raise ValueError(f"{type(self).__name__}.{name} shares memory with .{other}: "
+                                 f"each state array must be its own (pass a copy)")
         view = self._backend.buffer(arr)
         self._state[name] = arr
         self._views[name] = view
@@ -211,6 +218,9 @@ class Optimizer:
         self._packed = self._backend.pack(self._params)
         self._views, self._state = {}, {}
         for name, arr in arrays.items():
+            if any(isinstance(arr, np.ndarray) and np.may_share_memory(arr, held)
+                   for held in self._state.values()):
+                arr = arr.copy()     # (an older main's pickle of one array for two)
             self._set_state(name, arr)
         self._count_steps()
         self.steps = steps

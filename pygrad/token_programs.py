@@ -195,9 +195,12 @@ class PerLength:
     def _ids(self, ids: Sequence[int]) -> List[int]:
         out = []
         for t in ids:
-            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.vocab:
+            # (an int subclass as its int value: its own operators never run
+            # where the id picks a slot, as eager indexing uses __index__)
+            i = int.__index__(t) if isinstance(t, int) and not isinstance(t, bool) else -1
+            if not 0 <= i < self.vocab:
                 raise ValueError(f"token ids must be ints in range({self.vocab}), not {t!r}")
-            out.append(t)
+            out.append(i)
         if not out:
             raise ValueError("a sequence of no tokens: give at least one token id")
         return out

@@ -106,7 +106,7 @@ def _record_order_fn():
     except (OSError, AttributeError):
         return None
     fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint32,
+    fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint32, ctypes.c_int,
                    ctypes.POINTER(ctypes.POINTER(ctypes.c_void_p)),
                    ctypes.POINTER(ctypes.c_size_t)]
     free.argtypes = [ctypes.c_void_p]
@@ -118,14 +118,15 @@ _RECORD = _record_order_fn()
 needs_record = pytest.mark.skipif(_RECORD is None, reason="pg_record_order is not exported")
 
 
-def record_order(roots):
+def record_order(roots, graded=0):
     """pg_record_order over the roots (Values): (rc, its order children
-    first); rc < 0 gives no order."""
+    first); rc < 0 gives no order.  graded=0: compile's walk (below a
+    detached_max too); 1: backward()'s."""
     fn, free = _RECORD
     arr = (ctypes.c_void_p * len(roots))(*[addr(node(v)) for v in roots])
     out = ctypes.POINTER(ctypes.c_void_p)()
     n = ctypes.c_size_t(0)
-    rc = fn(arr, len(roots), ctypes.byref(out), ctypes.byref(n))
+    rc = fn(arr, len(roots), graded, ctypes.byref(out), ctypes.byref(n))
     if rc < 0:
         return rc, None
     order = [out[i] or 0 for i in range(n.value)]
@@ -387,6 +388,23 @@ def test_small_graphs_walk_in_recursive_order(name, make):
         if _RECORD is not None:
             rc, order = record_order([root])
             assert rc == 0 and [by_addr[a] for a in order] == expected
+
+
+def test_backward_walks_not_below_a_detached_max_and_compile_does():
+    """backward()'s walk (and pg_record_order graded) lists a detached_max
+    node without its children, as the reference engine's new leaf; the
+    walk compile makes for its forward pass goes below it."""
+    a, b = Value(0.5), Value(2.0)
+    p = a * b
+    m = pygrad.detached_max([p, b])
+    root = m * a
+    by_addr = {addr(node(v)): k for k, v in dict(a=a, b=b, p=p, m=m, root=root).items()}
+    assert [by_addr[x] for x in backward_walk(root)] == ["m", "a", "root"]
+    if _RECORD is not None:
+        rc, order = record_order([root], graded=1)
+        assert rc == 0 and [by_addr[x] for x in order] == ["m", "a", "root"]
+        rc, order = record_order([root])
+        assert rc == 0 and [by_addr[x] for x in order] == ["a", "b", "p", "m", "root"]
 
 
 # -- random graphs: the order ------------------------------------------------
