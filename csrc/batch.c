@@ -122,6 +122,7 @@ typedef struct batch {
     uint32_t *back, nback;    /* what backward runs, last first: run but the ops
                                * below a detached_max only (pg_layout) */
     uint8_t *detached;        /* pg_layout's, or NULL */
+    int eager_order;          /* back is backward()'s order, and no layers (check_order) */
     worker *work;             /* MAX_WORKERS; work[0] made by compiling, the rest on demand */
     uint32_t nwork;           /* workers made */
     pg_rule_watch watch;      /* every node: refuse grads once a rule is Python's */
@@ -286,7 +287,67 @@ static size_t slot_of_rows(const batch *b, const double *x) {
 /* Can slot s be a layer's neuron?  A LINEAR whose bias and weights are
  * parameters used only here, each weight times a per-row input, the inputs
  * distinct (mark: per slot, stamped s + 1 for the inputs of s). */
+/*
+ * Backward in the level order (slots last first) gives a node the same
+ * grad bits as backward() only if its parents add into it in the same
+ * order: true of a model's layers, not of every graph (a node read at
+ * three levels by parents the walk meets in another order).  Where some
+ * node's parents would add in another order, the batch runs backward in
+ * backward()'s own order, op by op (`back`, and no layers); 0 or an error.
+ */
+static int32_t check_order(batch *b, const pg_layout *L, pg_node *const *outputs,
+                           uint32_t nout) {
+    pg_node **order;          /* backward()'s: parents first */
+    size_t n;
+    int32_t rc = pg_record_order(outputs, nout, 1, &order, &n);
+    if (rc < 0) return rc;
+    const uint32_t ns = L->n;
+    uint32_t *rank = NULL, *start = NULL, *parent = NULL, *at = NULL;
+    if (!(PG_ALLOC(rank, ns) && PG_ALLOC(start, (size_t)ns + 1) && PG_ALLOC(at, ns) &&
+          PG_ALLOC(parent, L->nedges))) {
+        rc = PG_E_NOMEM;
+        goto done;
+    }
+    for (uint32_t s = 0; s < ns; s++) rank[s] = UINT32_MAX;     /* (not reached by a grad) */
+    for (size_t i = 0; i < n; i++) {
+        uint32_t s = pg_layout_slot(L, order[i]);
+        if (s != UINT32_MAX) rank[s] = (uint32_t)i;
+    }
+    /* each node's parents that run backward, by slot */
+    for (uint32_t s = 0; s < ns; s++)
+        if (!L->leaf[s] && rank[s] != UINT32_MAX)
+            for (size_t e = L->first_edge[s]; e < L->first_edge[s + 1]; e++) start[L->kid[e] + 1]++;
+    for (uint32_t s = 0; s < ns; s++) start[s + 1] += start[s];
+    for (uint32_t s = 0; s < ns; s++) at[s] = start[s];
+    for (uint32_t s = 0; s < ns; s++)
+        if (!L->leaf[s] && rank[s] != UINT32_MAX)
+            for (size_t e = L->first_edge[s]; e < L->first_edge[s + 1]; e++)
+                parent[at[L->kid[e]]++] = s;
+    /* the level order runs them highest slot first; backward() lowest rank first */
+    int agree = 1;
+    for (uint32_t c = 0; c < ns && agree; c++)
+        for (uint32_t j = start[c] + 1; j < start[c + 1] && agree; j++)
+            agree = rank[parent[j]] <= rank[parent[j - 1]];
+    if (!agree) {
+        b->eager_order = 1;
+        if (!PG_ALLOC(b->back, n)) {
+            rc = PG_E_NOMEM;
+            goto done;
+        }
+        for (size_t i = n; i-- > 0;) {        /* children first: back is run last first */
+            uint32_t s = pg_layout_slot(L, order[i]);
+            if (s != UINT32_MAX && !L->leaf[s]) b->back[b->nback++] = s;
+        }
+    }
+done:
+    free(order); free(rank); free(start); free(at); free(parent);
+    return rc;
+}
+
 static int layer_neuron(const batch *b, uint32_t s, uint32_t *mark) {
+    /* (a node below a detached_max only runs forward, as a node: a layer's
+     * backward would add its inputs times 0, a nan for an inf input) */
+    if (b->detached != NULL && b->detached[s]) return 0;
     if (b->op[s] != PG_OP_LINEAR || b->nk[s] <= bias_of(b, s) || (b->nk[s] - bias_of(b, s)) % 2)
         return 0;
     uint32_t e = b->first_edge[s];
@@ -342,7 +403,7 @@ static int make_layer(batch *b, pg_layer *L, uint32_t s0, uint32_t m) {
 }
 
 static int32_t find_layers(batch *b) {
-    if (!PG_LAYERS) return 0;
+    if (!PG_LAYERS || b->eager_order) return 0;
     const uint32_t n = b->nslots;
     worker *w0 = &b->work[0];
     uint32_t *mark = NULL;
@@ -444,13 +505,13 @@ static int32_t make_worker(batch *b, uint32_t k) {
 /* The sweeps' list: a program of 4,554 slots (MLP(2, [64, 64, 1])) has
  * about 4,400 leaves and 3 layers, and runs 20 entries. */
 static int32_t list_runs(batch *b) {
-    if (!PG_ALLOC(b->run, b->nslots) || !PG_ALLOC(b->back, b->nslots)) return PG_E_NOMEM;
+    if (!PG_ALLOC(b->run, b->nslots) || (!b->eager_order && !PG_ALLOC(b->back, b->nslots)))
+        return PG_E_NOMEM;
     for (uint32_t s = 0; s < b->nslots; s++) {
         if (b->op[s] == PG_OP_LEAF) continue;
         b->run[b->nrun++] = s;
-        /* (a layer stays whole: its rule adds nothing from a 0 grad) */
-        if (b->detached == NULL || !b->detached[s] || (b->layer_at && b->layer_at[s]))
-            b->back[b->nback++] = s;
+        if (!b->eager_order && (b->detached == NULL || !b->detached[s]))
+            b->back[b->nback++] = s;                   /* (no layer is detached) */
 #if PG_LAYERS
         if (b->layer_at && b->layer_at[s]) {
             const pg_layer *L = &b->work[0].layer[b->layer_at[s] - 1];
@@ -486,6 +547,7 @@ int32_t pg_batch_compile(pg_node *const *outputs, uint32_t nout, pg_node *const 
     if (rc == 0) rc = lay_out(b, &L, inputs, outputs, bad);
     b->detached = L.detached;           /* (list_runs reads it) */
     L.detached = NULL;
+    if (rc == 0) rc = check_order(b, &L, outputs, nout);
     if (rc == 0) rc = find_layers(b);
     if (rc == 0) rc = list_runs(b);
     if (rc == 0) pg_rule_watch_take(&b->watch, &L, rules);

@@ -333,6 +333,8 @@ int32_t pg_gather_data_l(uintptr_t list, double *out, size_t nout);
 int32_t pg_gather_grad_l(uintptr_t list, double *out, size_t nout);
 int32_t pg_scatter_data_l(uintptr_t list, const double *in, size_t nin);
 int32_t pg_fill_grad_l(uintptr_t list, double x);
+int32_t pg_program_onehot_l(pg_program *p, uintptr_t list, const uint32_t *ids, size_t nids,
+                            uint32_t vocab, int backward, double *loss);
 int32_t pg_grad_numbers_l(uintptr_t outs, const double *seeds, size_t nseeds, uintptr_t ins,
                           double *result, size_t nresult);
 int32_t pg_hvp_numbers_l(uintptr_t root, uintptr_t ins, const double *tangents, size_t ntangents,
@@ -430,7 +432,7 @@ def link_args() -> "list[str]":
 RELEASES_GIL = ("pg_backward", "pg_backward_resume", "pg_sweep_restore", "pg_sweep_clear",
                 "pg_linear_layer", "pg_mlp", "pg_gather_data", "pg_gather_grad",
                 "pg_scatter_data", "pg_fill_grad", "pg_sgd_step", "pg_adam_step",
-                "pg_compile", "pg_program_forward", "pg_program_backward",
+                "pg_compile", "pg_program_forward", "pg_program_backward", "pg_program_run_onehot",
                 "pg_batch_compile", "pg_batch_run", "pg_batch_clear")
 
 

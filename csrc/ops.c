@@ -656,8 +656,9 @@ void pg_steps_forward(const pg_steps *ps, double *d) {
 }
 
 /* Step i of ps backward: its grad out (gout, node), its rule, its grad
- * slot back to 0. */
-static inline void step_backward(const pg_steps *ps, size_t i, const double *d, double *g) {
+ * slot back to 0.  (Inlined in both of pg_steps_backward's loops: as a
+ * call, a replayed backward ran 1.1x the instructions.) */
+static inline __attribute__((always_inline)) void step_backward(const pg_steps *ps, size_t i, const double *d, double *g) {
     const pg_step *p = &ps->step[i];
     double gs = g[p->s];
     if (ps->gout != NULL) ps->gout[i] = gs;

@@ -254,6 +254,13 @@ int pg_program_refused(void);
  * short (in a forked child) is taken over: the grads go back to 0 first,
  * as between runs (program.h: pg_run_begin). */
 int32_t pg_program_backward(pg_program *p);
+/* One per_length run in one mark (pygrad/token_programs.py): inputs[0..n)
+ * (the program's one-hot leaves, nids x vocab) set to the one-hot rows of
+ * ids, forward into *loss, and with `backward` backward.  PG_E_ARG (an id
+ * out of range, n not nids x vocab), PG_E_SWEEP, PG_E_BUSY: nothing done. */
+int32_t pg_program_run_onehot(pg_program *p, pg_node *const *inputs, size_t n,
+                              const uint32_t *ids, size_t nids, uint32_t vocab, int backward,
+                              double *loss);
 /* 1 if pg_program_backward would refuse so (checked before a step zeroes
  * the grads: pygrad/token_programs.py), else 0. */
 int pg_program_rules_changed(pg_program *p);

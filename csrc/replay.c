@@ -388,6 +388,17 @@ static int run_begin(flat *f) {
     return r != PG_RUN_BUSY;
 }
 
+/* The runs themselves, f's run mark held. */
+static double forward_run(flat *f) {
+    read_leaves(f);
+    pg_steps_forward(&f->run, f->d);
+    if (f->defer && f->root_node != NULL) f->root_node->data = f->d[f->root];
+    ran(f, PENDING_DATA);
+    return f->d[f->root];
+}
+
+static void backward_run(flat *f);
+
 /* (A released program runs nothing: Python refuses it first, replay.py's
  * alive.) */
 double pg_program_forward(pg_program *p) {
@@ -397,11 +408,7 @@ double pg_program_forward(pg_program *p) {
         refused = 1;
         return 0.0 / 0.0;
     }
-    read_leaves(f);
-    pg_steps_forward(&f->run, f->d);
-    if (f->defer && f->root_node != NULL) f->root_node->data = f->d[f->root];
-    ran(f, PENDING_DATA);
-    double out = f->d[f->root];
+    double out = forward_run(f);
     pg_run_end(&f->running);
     return out;
 }
@@ -411,6 +418,30 @@ int32_t pg_program_backward(pg_program *p) {
     if (f == NULL) return PG_E_ARG;
     if (pg_rules_changed(&f->watch)) return PG_E_SWEEP;
     if (!run_begin(f)) return PG_E_BUSY;
+    backward_run(f);
+    pg_run_end(&f->running);
+    return 0;
+}
+
+int32_t pg_program_run_onehot(pg_program *p, pg_node *const *inputs, size_t n,
+                              const uint32_t *ids, size_t nids, uint32_t vocab, int backward,
+                              double *loss) {
+    flat *f = p != NULL ? p->impl : NULL;
+    if (f == NULL || vocab == 0 || nids != n / vocab || n % vocab != 0 || loss == NULL)
+        return PG_E_ARG;
+    for (size_t i = 0; i < nids; i++)
+        if (ids[i] >= vocab) return PG_E_ARG;
+    if (backward && pg_rules_changed(&f->watch)) return PG_E_SWEEP;
+    if (!run_begin(f)) return PG_E_BUSY;
+    for (size_t i = 0; i < n; i++) inputs[i]->data = 0.0;
+    for (size_t i = 0; i < nids; i++) inputs[i * vocab + ids[i]]->data = 1.0;
+    *loss = forward_run(f);
+    if (backward) backward_run(f);
+    pg_run_end(&f->running);
+    return 0;
+}
+
+static void backward_run(flat *f) {
     /* The leaves' current data, as node rules would read, and grads. */
     for (size_t j = 0; j < f->nleaves; j++) {
         fetch_leaf(f, j);
@@ -427,8 +458,6 @@ int32_t pg_program_backward(pg_program *p) {
     }
     if (f->defer && f->root_node != NULL) f->root_node->grad = f->gout[f->nsteps - 1];
     ran(f, PENDING_GRAD);
-    pg_run_end(&f->running);
-    return 0;
 }
 
 int pg_program_rules_changed(pg_program *p) {

@@ -1254,10 +1254,12 @@ static int32_t pg_local_grads_v(uintptr_t value, double *out, uint32_t cap) {
 
 /* Value o's children as its operands hold them, in order, as a new tuple,
  * or NULL (no error set) unless its operands are exactly its node's
- * children: a, or a and b, or a tuple of Values. */
+ * children: a, or a and b, or a tuple of Values.  A detached_max has none
+ * here: grad's walk does not go below it. */
 static PyObject *operand_kids(PyObject *o) {
     pg_valueobj *v = as_value(o);
     if (v == NULL || v->node == NULL) return NULL;
+    if (v->node->op == PG_OP_MAX) return PyTuple_New(0);   /* (no gradient goes below) */
     uint32_t n = pg_nkids(v->node);
     int tuple = n > 0 && v->a != NULL && PyTuple_Check(v->a);
     if (tuple ? (uint32_t)PyTuple_Size(v->a) != n : n > 2) return NULL;
@@ -1284,8 +1286,9 @@ static PyObject *node_key(PyObject *o) {
 }
 
 /* The walk of pygrad.grad: every Value below the Values of list roots,
- * children first (csrc/backward.c's order: a depth-first walk from each
- * root in turn, children in order), appended to list order; dict kids_of
+ * children first (csrc/backward.c's graded order: a depth-first walk from
+ * each root in turn, children in order, none below a detached_max),
+ * appended to list order; dict kids_of
  * gets each node's key -> its children (a tuple), key_of each Value's
  * id -> its node's key.  A Value whose operands are not its node's
  * children gets them from slow_kids(value) (a tuple: pygrad's Python
@@ -1734,6 +1737,9 @@ PG_LIST_CALL(pg_gather_grad_l(uintptr_t list, double *out, size_t nout),
 PG_LIST_CALL(pg_scatter_data_l(uintptr_t list, const double *in, size_t nin),
              scatter_data(l, in, nin))
 PG_LIST_CALL(pg_fill_grad_l(uintptr_t list, double x), fill_grad(l, x))
+PG_LIST_CALL(pg_program_onehot_l(pg_program *p, uintptr_t list, const uint32_t *ids, size_t nids,
+                                 uint32_t vocab, int backward, double *loss),
+             pg_program_run_onehot(p, list_nodes(l), l->n, ids, nids, vocab, backward, loss))
 PG_LIST_CALL(pg_sgd_step_l(uintptr_t list, double lr, double momentum, double weight_decay,
                            double *velocity, size_t nvelocity, double *steps),
              pg_sgd_step(list_nodes(l), l->n, lr, momentum, weight_decay, velocity, nvelocity,

@@ -55,6 +55,10 @@ call_collector_paused = _made_call_collector_paused()
 
 
 def _slow_kids(v: Any) -> Tuple[Any, ...]:
+    """The children grad's walk goes to: none below a detached_max (no
+    gradient flows there: backward()'s walk, csrc/backward.c)."""
+    if lib.pg_describe_v(id(v)) & 0xFF == lib.PG_OP_MAX:
+        return ()
     n = lib.pg_nkids_v(id(v))
     return tuple(_children_in_order.read(v, n)) if n else ()
 

@@ -113,47 +113,36 @@ def pick(values: Sequence[Any], token: TokenId) -> Any:
 class _Compiled:
     """One length's program: the C program, and its one-hot inputs."""
 
-    __slots__ = ("program", "inputs", "data", "vocab", "memory")
+    __slots__ = ("program", "inputs", "vocab", "memory")
     memory: Any        # the program's struct, held apart from its ffi.gc object
 
     def __init__(self, program: Any, inputs: Packed, vocab: int) -> None:
         self.program = program
         self.inputs = inputs
         self.vocab = vocab
-        self.data = ffi.new("double[]", len(inputs))
-
-    def set_tokens(self, ids: Sequence[int]) -> None:
-        data, vocab = self.data, self.vocab
-        # Sized by the array itself (cffi knows its length), never by an
-        # attribute a user may rebind; C refuses one not as long as the nodes.
-        size = len(data)
-        if size != len(self.inputs) or len(ids) * vocab != size:
-            raise ValueError(f"this length's program has {len(self.inputs)} one-hot inputs "
-                             f"and {size} numbers for them: its attributes were rebound")
-        ffi.memmove(data, bytes(8 * size), 8 * size)
-        for i, t in enumerate(ids):
-            if not 0 <= t < vocab:             # (as PerLength checks: never another slot)
-                raise ValueError(f"token ids must be ints in range({vocab}), not {t!r}")
-            data[i * vocab + t] = 1.0
-        nodes = self.inputs.nodes         # (held by a name for the call)
-        if lib.pg_scatter_data_l(id(nodes), data, size):
-            raise ValueError(f"this length's program has more one-hot inputs than its {size} "
-                             f"numbers: its attributes were rebound")
 
     def run(self, ids: Sequence[int], backward: bool) -> float:
         """The loss of ``ids``, and with ``backward`` its gradient (the
-        caller holds the PerLength's lock)."""
+        caller holds the PerLength's lock).  One C call sets the one-hot
+        inputs and runs the program: C keeps another thread's run of this
+        length apart from all of it, even with the lock rebound."""
         program = alive(self.program)
-        self.set_tokens(ids)
-        loss: float = lib.pg_program_forward(program)
-        if loss != loss and lib.pg_program_refused():
-            raise RuntimeError(_BUSY_ELSEWHERE)
-        rc = lib.pg_program_backward(program) if backward else 0
+        vocab = self.vocab
+        for t in ids:
+            if not 0 <= t < vocab:             # (as PerLength checks: never another slot)
+                raise ValueError(f"token ids must be ints in range({vocab}), not {t!r}")
+        loss = ffi.new("double *")
+        nodes = self.inputs.nodes         # (held by a name for the call)
+        rc = lib.pg_program_onehot_l(program, id(nodes), ffi.new("uint32_t[]", ids), len(ids),
+                                     vocab, backward, loss)
         if rc == lib.PG_E_BUSY:
             raise RuntimeError(_BUSY_ELSEWHERE)
-        if rc:
+        if rc == lib.PG_E_SWEEP:
             raise ValueError(rule_set_after_compile("per_length's step"))
-        return loss
+        if rc:
+            raise ValueError(f"this length's program has {len(self.inputs)} one-hot inputs, "
+                             f"not {len(ids)} x {vocab}: its attributes were rebound")
+        return float(loss[0])
 
 
 class PerLength:

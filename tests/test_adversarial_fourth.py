@@ -79,7 +79,7 @@ def test_per_length_programs_size_their_token_writes_from_their_own_arrays():
     # Found by the fourth attack (memory error: heap-buffer-overflow write;
     # without ASan glibc aborts, "free(): invalid pointer").  A PerLength's
     # compiled length (pl._programs[n], a _Compiled with the writable slots
-    # program, inputs, data, vocab) sizes set_tokens' memmove and the bulk
+    # program, inputs, data, vocab; now program, inputs, vocab) sized set_tokens' memmove and the bulk
     # write from len(self.inputs), but its data array was made for the
     # length's own inputs: rebinding .inputs (or .data) to another length's
     # (internal writes, as the third attack's Program._outputs) makes
@@ -92,20 +92,19 @@ def test_per_length_programs_size_their_token_writes_from_their_own_arrays():
         W = [Value(0.1 * i) for i in range(3)]
         pl = pygrad.per_length(lambda toks: pygrad.sum(pygrad.pick(W, t) for t in toks) ** 2, 3)
         assert pl.loss([1]) == 0.1 ** 2 and pl.loss([1, 2, 0, 1, 2, 1, 1, 1]) > 0
-        for attr in ("inputs", "data"):
+        for attr in ("inputs", "vocab"):
             short, long_ = pl._programs[1], pl._programs[8]
             saved = getattr(short, attr), getattr(long_, attr)
             if attr == "inputs":
-                short.inputs = long_.inputs          # 24 inputs over a 3-double array
+                short.inputs = long_.inputs          # 24 inputs for 1 token of 3
             else:
-                long_.data = short.data              # a 3-double array for 24 inputs
+                long_.vocab = 24                     # 8 tokens of 24 over 24 inputs
             try:
                 pl.loss([1] if attr == "inputs" else [1] * 8)
             except (ValueError, TypeError, RuntimeError):
                 pass
-            short.inputs, long_.inputs = saved if attr == "inputs" else (short.inputs, long_.inputs)
-            if attr == "data":
-                short.data, long_.data = saved
+            setattr(short, attr, saved[0])
+            setattr(long_, attr, saved[1])
             gc.collect()
         print("OK", pl.loss([1]))
     """)

@@ -826,7 +826,7 @@ def test_token_ids_are_checked_against_the_compiled_vocab():
     with pytest.raises(ValueError):
         train.loss([5, 0])
     with pytest.raises(ValueError):
-        train._programs[2].set_tokens([5, 0])  # and the program checks its own
+        train._programs[2].run([5, 0], False)  # and the program checks its own
 
 
 # --- 6. the .data guard, only while some thread traces --------------------------------

@@ -380,6 +380,40 @@ def test_a_program_refuses_a_second_run_even_with_its_lock_replaced():
     assert out.split() == ["True"] * 4
 
 
+@needs_run_hook
+def test_a_per_length_refuses_a_second_run_of_a_length_even_with_its_lock_replaced():
+    """Another thread's loss() of a length is inside C (its one-hot inputs
+    set and its program run are one C call, held by a test hook); this
+    thread replaces the PerLength's lock and asks for the same length's
+    loss of other tokens: a RuntimeError, nothing done; the held call's
+    loss is its own tokens', and the next calls are each their own."""
+    out = run_python("""
+        import threading
+        import pygrad
+        from pygrad import Value
+        from pygrad._core import lib
+        from pygrad.replay import CallLock
+        W = [Value(10.0 ** i) for i in range(4)]
+        train = pygrad.per_length(lambda toks: pygrad.sum(pygrad.pick(W, t) for t in toks), 4)
+        la, lb = train.loss([1, 2]), train.loss([3, 0])
+        got = {}
+        lib.pg_hold_runs(1)
+        runner = threading.Thread(target=lambda: got.setdefault("a", train.loss([1, 2])))
+        runner.start()
+        while lib.pg_held_runs() < 1:
+            threading.Event().wait(0.001)
+        train._lock = CallLock("busy")
+        try:
+            train.loss([3, 0])
+        except RuntimeError as e:
+            got["b"] = "another thread runs" in str(e)
+        lib.pg_hold_runs(0)
+        runner.join()
+        print(got == {"a": la, "b": True}, train.loss([3, 0]) == lb, train.loss([1, 2]) == la)
+    """, timeout=60)
+    assert out.split() == ["True"] * 3
+
+
 # --- 10. a Ctrl-C during the lazy numpy import -------------------------------
 
 # Each point broke numpy differently: "cannot load module more than once per
