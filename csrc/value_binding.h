@@ -220,7 +220,8 @@ static PyObject *number_converter;
 /* Replayed numbers not yet in their nodes go back before anything reads
  * or writes a node's numbers (csrc/replay.c: deferred write-back): every
  * call that takes a Value or a node list passes here first (as_value,
- * as_list), and a .data or .grad read or write of a PG_F_REPLAYED node. */
+ * as_list; as_own_list if one of its nodes is a program's), and a .data or
+ * .grad read or write of a PG_F_REPLAYED node. */
 static void settle_replays(void) {
     if (pg_replay_any_pending) pg_replay_settle();
 }
@@ -1063,6 +1064,26 @@ static pg_listobj *as_list(PyObject *o) {
     return o != NULL && Py_IS_TYPE(o, list_type) ? (pg_listobj *)o : NULL;
 }
 
+/* A node list for a call that reads or writes only its own nodes' numbers
+ * (bulk reads and writes, optimizer steps): settled only if one of them is
+ * a program's interior node (PG_F_REPLAYED).  A model's parameters are
+ * leaves, whose numbers a program writes at once: an optimizer's step
+ * between two runs then costs no write-back of every program's nodes. */
+static pg_listobj *as_own_list(PyObject *o) {
+    if (o == NULL || !Py_IS_TYPE(o, list_type)) return NULL;
+    pg_listobj *l = (pg_listobj *)o;
+    if (pg_replay_any_pending) {
+        pg_node *const *nodes = list_nodes(l);
+        for (uint32_t i = 0; i < l->n; i++) {
+            if (nodes[i]->flags & PG_F_REPLAYED) {
+                pg_replay_settle();
+                break;
+            }
+        }
+    }
+    return l;
+}
+
 /* A fused layer (pg_linear_layer): nout LINEAR nodes over the parameters
  * of node list params and the Values of tuple xs; their Values (class
  * Value) appended to out, holding `holds` as their operands. */
@@ -1613,7 +1634,7 @@ static int32_t pg_compile_v(uintptr_t root, pg_program *p, uintptr_t *bad) {
 static int32_t pg_batch_step_l(pg_batch *b, const double *rows, size_t n, double *out,
                                const double *w, uint32_t threads, const pg_optimizer *opt,
                                uintptr_t params) {
-    pg_listobj *l = as_list((PyObject *)params);
+    pg_listobj *l = as_own_list((PyObject *)params);
     if (l == NULL || opt == NULL) return PG_E_ARG;
     pg_optimizer o = *opt;
     o.params = list_nodes(l);
@@ -1685,7 +1706,7 @@ static int32_t pg_hvp_numbers_l(uintptr_t root, uintptr_t ins, const double *tan
  * run (the list, held here, holds every node). */
 #define PG_LIST_CALL(name, call)                                                   \
     static int32_t name {                                                          \
-        pg_listobj *l = as_list((PyObject *)list);                                 \
+        pg_listobj *l = as_own_list((PyObject *)list);                             \
         if (l == NULL) return PG_E_ARG;                                            \
         int tracing_here = tracers && tracing;   /* (read with the GIL) */         \
         (void)tracing_here;                                                        \

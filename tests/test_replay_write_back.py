@@ -69,6 +69,29 @@ def test_data_and_grad_reads_show_the_last_run():
     assert_same_doubles(numbers(made), numbers(fresh(X1)))
 
 
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+def test_an_optimizer_step_between_runs_leaves_the_last_runs_numbers(optimizer):
+    """A step over the leaves (a bulk write of parameters only, which settles
+    no program: csrc/value_binding.h, as_own_list) then reads of interior
+    nodes: they show the run before the step, as an eager graph built at
+    the old leaves and then stepped would; the next run starts from the
+    stepped leaves."""
+    from pygrad import optim
+    ls, made, program = compiled(X0)
+    set_leaves(ls, X1)
+    opt = getattr(optim, optimizer)(ls, lr=0.1)
+    program.forward()
+    program.backward()
+    want = numbers(fresh(X1))
+    opt.step()
+    opt.zero_grad()
+    stepped = [v.data for v in ls]
+    assert_same_doubles(numbers(made), want)
+    program.forward()
+    program.backward()
+    assert_same_doubles(numbers(made), numbers(fresh(stepped)))
+
+
 def test_forward_alone_shows_new_data_and_the_old_grads():
     ls, made, program = compiled(X0)
     program.forward()
