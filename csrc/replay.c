@@ -63,6 +63,7 @@ typedef struct flat {
     size_t *ones;
     double tmp;
     _Atomic unsigned running; /* set while a run uses d and g (program.h: pg_run_begin) */
+    int making;               /* what the marked run makes: PENDING_DATA | PENDING_GRAD */
 } flat;
 
 /* The plain ops step on d and g directly; the n-ary ones through a row rule. */
@@ -375,17 +376,21 @@ int pg_program_refused(void) {
     return r;
 }
 
-/* Marks f's run begun (0: another thread's goes on).  A run that a fork
- * cut short left grads in g: they go back to 0, as between runs, and its
- * half-made numbers are not written back. */
-static int run_begin(flat *f) {
+/* Marks f's run of what it makes (PENDING_DATA, _GRAD) begun (0:
+ * another thread's goes on).  A run that a fork cut short left grads in g:
+ * they go back to 0, as between runs, and the kind of numbers it was
+ * making is not written back (half made); the other kind, an earlier
+ * run's, still is. */
+static int run_begin(flat *f, int what) {
     int r = pg_run_begin(&f->running);
     if (r == PG_RUN_CUT_SHORT) {
         for (size_t s = 0; s < f->n; s++) f->g[2 * s] = 0.0;
-        atomic_store(&f->pending, 0);
+        atomic_fetch_and(&f->pending, ~f->making);
     }
-    if (r != PG_RUN_BUSY) pg_test_run_begun();
-    return r != PG_RUN_BUSY;
+    if (r == PG_RUN_BUSY) return 0;
+    f->making = what;
+    pg_test_run_begun();
+    return 1;
 }
 
 /* The runs themselves, f's run mark held. */
@@ -404,7 +409,7 @@ static void backward_run(flat *f);
 double pg_program_forward(pg_program *p) {
     flat *f = p != NULL ? p->impl : NULL;
     if (f == NULL) return 0.0 / 0.0;
-    if (!run_begin(f)) {
+    if (!run_begin(f, PENDING_DATA)) {
         refused = 1;
         return 0.0 / 0.0;
     }
@@ -417,7 +422,7 @@ int32_t pg_program_backward(pg_program *p) {
     flat *f = p != NULL ? p->impl : NULL;
     if (f == NULL) return PG_E_ARG;
     if (pg_rules_changed(&f->watch)) return PG_E_SWEEP;
-    if (!run_begin(f)) return PG_E_BUSY;
+    if (!run_begin(f, PENDING_GRAD)) return PG_E_BUSY;
     backward_run(f);
     pg_run_end(&f->running);
     return 0;
@@ -432,7 +437,7 @@ int32_t pg_program_run_onehot(pg_program *p, pg_node *const *inputs, size_t n,
     for (size_t i = 0; i < nids; i++)
         if (ids[i] >= vocab) return PG_E_ARG;
     if (backward && pg_rules_changed(&f->watch)) return PG_E_SWEEP;
-    if (!run_begin(f)) return PG_E_BUSY;
+    if (!run_begin(f, backward ? PENDING_DATA | PENDING_GRAD : PENDING_DATA)) return PG_E_BUSY;
     for (size_t i = 0; i < n; i++) inputs[i]->data = 0.0;
     for (size_t i = 0; i < nids; i++) inputs[i * vocab + ids[i]]->data = 1.0;
     *loss = forward_run(f);
