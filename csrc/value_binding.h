@@ -18,6 +18,9 @@
  *       and a Function's partials too) and a reference to every node
  *       object or node list (_NodeList) they point to, so whatever holds a
  *       node object holds all C can reach.
+ *     - One node object may hold many nodes (a block of leaves, a fused
+ *       layer's): a Value made for one of them holds the whole object,
+ *       found as the object or one it holds directly (owner_of).
  *     - A custom op's node names its Value too, without a reference (for
  *       backward() to find the closure); the Value erases the name as it
  *       goes.
@@ -30,7 +33,8 @@
  *       views _prev, _children, _local_grads and _op read as empty.
  *     - Attributes, __class__, subclasses and the collector reach only the
  *       operands (for _prev: the Python graph mirrors C's) and _prev's
- *       cache.
+ *       cache (_pg_kids: writable, so _prev may then differ from C's
+ *       children, which C never reads from it).
  *
  *  3. The collector sees every Value and no node object.
  *     - Node objects point only to older node objects and node lists, so
@@ -39,7 +43,8 @@
  *       hidden nodes) are collected as any.
  *     - A call that makes a big batch of Values and no garbage (a trace,
  *       grad(create_graph=True)) runs with the collector paused, for speed
- *       only, and turns it back on only if it was on.
+ *       only, and turns it back on only if it was on (a gc.disable() made
+ *       during the call is undone; a forked child turns it back on).
  *
  *  4. Freeing is reference counting, never recursive, and a release
  *     finishes what its object left open.
@@ -53,9 +58,10 @@
  *       a program's writes back its pending numbers; then each lets go of
  *       its hold.  A run checks replay.py's alive() first, since a cycle's
  *       __del__ may reach a released program.
- *     - Never released: C's statics (the three types, set.__new__,
- *       engine's callbacks), so pygrad runs in one interpreter per process
- *       (pg_binding_init refuses a second).
+ *     - Never released: C's statics (the four types _ValueBase, _Node,
+ *       _NodeList and _OpName, set.__new__, engine's callbacks and op
+ *       names, the number converter), so pygrad runs in one interpreter
+ *       per process (pg_binding_init refuses a second).
  *
  *  5. Whatever C reads is held by a reference while it reads it.
  *     - A call's arguments (passed by id()) by its caller; a call that
@@ -63,6 +69,9 @@
  *       sweep, program or batch, made (ffi.gc) before the call that fills
  *       it, so a Ctrl-C can't lose it.  So a node's address, Python's key
  *       for its identity, names one node while the Value is held.
+ *     - The one read without a reference: a custom op's node's name for
+ *       its Value (rule 1), read with the GIL held and erased by the
+ *       Value's dealloc before the Value goes.
  *
  * Python calls these with the GIL held (cffi keeps it for them) and
  * passes objects by id(), which is their address in CPython (pygrad

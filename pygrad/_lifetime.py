@@ -8,21 +8,25 @@ rule.  Threads have rules of their own (csrc/lock.h).
    type, which only C makes: Python can't construct, read, write or resize
    one.  It holds its nodes inline and a reference to every node object or
    node list they point to, so whatever holds a node object holds all C
-   can reach.  (A custom op's node names its Value too, without a
-   reference, for ``backward()`` to find the closure.)
+   can reach.  One node object may hold many nodes (a block of leaves, a
+   fused layer's); a Value made for one holds the whole object.  (A custom
+   op's node names its Value too, without a reference, for ``backward()``
+   to find the closure.)
 2. **A Value holds its node object, given once by C, and the operands it
    was made from.**  Before ``__init__`` or an op gives it a node, every
    call that needs it refuses the Value and the views ``_prev``,
    ``_children``, ``_local_grads`` and ``_op`` read as empty.  Attributes,
    ``__class__``, subclasses and the collector reach only the operands and
-   ``_prev``'s cache.
+   ``_prev``'s cache (writable: ``_prev`` may then differ from C's
+   children, which C never reads from it).
 3. **The collector sees every Value and no node object.**  Node objects
    point only to older ones, so they form no cycle and are not tracked;
    Values' cycles (a user's closure, a fused model's table of the Values
    ``_prev`` makes for its hidden nodes) are collected as any.  A call that
    makes a big batch of Values and no garbage (a trace,
    ``grad(create_graph=True)``) runs with the collector paused, for speed
-   only, and turns it back on only if it was on.
+   only, and turns it back on only if it was on (a ``gc.disable()`` made
+   during the call is undone).
 4. **Freeing is reference counting, never recursive, and a release
    finishes what its object left open.**  A chain of any length frees in
    constant stack and runs no pygrad Python; nothing reads a reference
@@ -30,14 +34,16 @@ rule.  Threads have rules of their own (csrc/lock.h).
    sweep's release puts back the grads it saved unless kept, a program's
    writes back its pending numbers; every run checks ``replay.alive``
    first, since a cycle's ``__del__`` may reach a released program.  C's
-   statics are never released, so pygrad runs in one interpreter per
-   process.
+   statics (its four types, callbacks and op names) are never released,
+   so pygrad runs in one interpreter per process.
 5. **Whatever C reads is held by a reference while it reads it.**  A
    call's arguments (passed by ``id()``) are held by its caller; a call
    without the GIL reads what its own reference or its sweep's, program's
    or batch's hold keeps, made before the call so a Ctrl-C can't lose it.
    So a node's address, Python's key for its identity, names one node
-   while the Value is held.
+   while the Value is held.  The one read without a reference: a custom
+   op's node's name for its Value, read with the GIL held and erased by the
+   Value's dealloc.
 
 Bulk calls (optimizers, ``Program``, fused layers) take a *node list*
 (``pack``): the nodes of many Values, held by an object of pygrad's own
