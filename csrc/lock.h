@@ -42,7 +42,10 @@
  *  3. Every wait can be interrupted, and fork() finds nothing held.
  *     - A waiter for the sweep lock tries in slices of tens of
  *       milliseconds, running signals between (a Ctrl-C ends the wait).
- *     - fork() takes the sweep lock around itself; a forked child remakes
+ *     - fork() takes the sweep lock around itself, waiting (the GIL held,
+ *       as CPython forks) for a walk another thread is in: one C call, as
+ *       long as that backward(); a Ctrl-C meanwhile rises as fork returns,
+ *       as one during your own backward() does.  A forked child remakes
  *       each CallLock on first use, takes over a run mark another thread
  *       left (its grads reset first), turns the collector back on if
  *       pygrad had paused it, and counts only the forking thread's trace

@@ -14,7 +14,8 @@
  *     children never change.
  *     - A node lives in a node object (_Node), pygrad's own type, which
  *       only this file makes: Python can't construct, read, write or
- *       resize one.  It holds its nodes inline (an n-ary node's child list
+ *       resize one (on 3.9, whose types can't be made immutable, giving
+ *       the type a __new__ makes an empty one, which nothing accepts).  It holds its nodes inline (an n-ary node's child list
  *       and a Function's partials too) and a reference to every node
  *       object or node list (_NodeList) they point to, so whatever holds a
  *       node object holds all C can reach.
@@ -140,6 +141,15 @@ static _Thread_local int freeing;
 
 static void node_dealloc(PyObject *o) {
     pg_nodeobj *x = (pg_nodeobj *)o;
+    if (x->nnodes == 0) {
+        /* (no node to link through: one made empty past no_new, which
+         * CPython 3.9 allows by assigning the type's __new__; it holds
+         * nothing, and nothing accepts it) */
+        PyTypeObject *tp = Py_TYPE(x);
+        PyObject_Free(x);
+        Py_DECREF(tp);
+        return;
+    }
     memcpy(obj_nodes(x), &freeing_list, sizeof freeing_list);
     freeing_list = x;
     if (freeing) return;
@@ -156,6 +166,10 @@ static void node_dealloc(PyObject *o) {
     }
     freeing = 0;
 }
+
+/* Py_TPFLAGS_IMMUTABLETYPE, its stable value (3.10+; the limited API of
+ * 3.9 that the core is built against does not name it). */
+#define PG_TPFLAGS_IMMUTABLETYPE (1UL << 8)
 
 /* Neither node objects nor node lists can be made from Python. */
 static PyObject *no_new(PyTypeObject *t, PyObject *args, PyObject *kwargs) {
@@ -488,6 +502,15 @@ static int pg_binding_init(uintptr_t out, uintptr_t converter) {
     PyObject *list = (PyObject *)out;
     if (value_type != NULL) return -2;
     if (!PyList_Check(list)) return -1;
+    /* From 3.10 the node types are immutable: no __new__ of Python's can
+     * be given them (the flag's bit is unused before) */
+    PyObject *hex = PySys_GetObject("hexversion");          /* (borrowed) */
+    long version = hex != NULL ? PyLong_AsLong(hex) : 0;
+    PyErr_Clear();
+    if (version >= 0x030A0000) {
+        node_spec.flags |= PG_TPFLAGS_IMMUTABLETYPE;
+        list_spec.flags |= PG_TPFLAGS_IMMUTABLETYPE;
+    }
     PyTypeObject *v = (PyTypeObject *)PyType_FromSpec(&value_spec);
     PyTypeObject *n = (PyTypeObject *)PyType_FromSpec(&node_spec);
     PyTypeObject *l = (PyTypeObject *)PyType_FromSpec(&list_spec);

@@ -51,15 +51,21 @@ def _own_getstate(cls: type, base: type) -> bool:
     return False
 
 
+# What a Value's instance dict keeps for its node, which a copy (a new
+# leaf) leaves behind: a custom op's closure and name, and the
+# pygrad.Function that made it, with its inputs (pygrad/function.py).
+_NODE_KEYS = frozenset(("_backward", "_op", "_pg_function", "_pg_function_inputs"))
+
+
 def state_of(v: Any, base: type) -> Any:
     """What a copy or pickle of ``v`` (a ``base``, pygrad.Value) carries
     besides its numbers: the
     subclass's ``__getstate__()`` if it has one, else its own attributes
-    (less a custom op's closure and name) and, as ``(dict, slots)`` the way
+    (less what they keep for the node: ``_NODE_KEYS``) and, as ``(dict, slots)`` the way
     pickle does, the slots its subclasses add; None when there are none."""
     if _own_getstate(type(v), base):
         return v.__getstate__()
-    state = {k: x for k, x in v.__dict__.items() if k not in ("_backward", "_op")}
+    state = {k: x for k, x in v.__dict__.items() if k not in _NODE_KEYS}
     slots = {}
     for cls in type(v).__mro__:
         if cls is base:

@@ -33,6 +33,12 @@ def find_below(root: Value, node: int) -> "Optional[Value]":
     return values_below(root).get(node)
 
 
+_GONE = ("pygrad: the _backward set on a Value of this node is not among the Values the "
+         "graph holds: that Value is gone (the collector cleared it) or out of the graph's "
+         "reach (one _prev made, whose cache _pg_kids was then written over). Set _backward "
+         "on a Value the graph holds: an operand, or the one _prev gives now")
+
+
 def record_backward(root: Value) -> int:
     """backward() when a Python closure lies below the root: C records the
     order and saves the grads, then runs the rules, handing each closure to
@@ -53,12 +59,14 @@ def record_backward(root: Value) -> int:
                     below = values_below(root)
                 v = below.get(lib.pg_sweep_node_addr(sweep))
             if not isinstance(v, Value):
-                raise RuntimeError("pygrad: a custom op's _backward is gone (its Value was "
-                                   "cleared while its node lived on): keep the Value, as "
-                                   "micrograd's _prev does")
+                raise RuntimeError(_GONE)
             fn = v.__dict__.get("_backward")
-            if fn is not None:     # None: never set, micrograd's `lambda: None`
+            if fn is not None:
                 fn()
+            elif lib.pg_describe_v(id(v)) & 0xFF != lib.PG_OP_CUSTOM:
+                # (a custom op's None is micrograd's `lambda: None`; a C
+                # node is flagged only as its Value gets a closure)
+                raise RuntimeError(_GONE)
             rc = lib.pg_backward_resume_s(sweep)
         if rc == 0:
             # Kept only now: a Ctrl-C that came during the last call rose

@@ -12,6 +12,7 @@ answers ``_children`` and ``_local_grads`` as microgpt's do.
 """
 from typing import Any, Tuple
 
+from . import engine as _engine   # (imports this module: read at call time)
 from ._core import ffi, lib
 
 _alloc = ffi.new
@@ -46,17 +47,29 @@ class ChildrenInOrder(_PerChild):
     Values ``_prev`` holds."""
 
     def read(self, v: Any, n: int) -> Tuple[Any, ...]:
-        a = v._pg_a
+        e = _engine
+        a = e._get_a(v)
         if type(a) is tuple and lib.pg_describe_v(id(v)) & 0xFF == _FUNCTION:
             return a            # made microgpt's way: the children it was given
-        by_node = {lib.pg_node_addr(id(k)): k for k in v._prev}
-        # The operands it holds come first: a set keeps one of two children
-        # that compare equal (a subclass's __eq__), the node has both.
-        a, b = v._pg_a, v._pg_b
-        for k in a if type(a) is tuple else (a, b):
-            if k is not None:
-                by_node[lib.pg_node_addr(id(k))] = k
-        return tuple(by_node[lib.pg_kid_addr(id(v), i)] for i in range(n))
+        want = [lib.pg_kid_addr(id(v), i) for i in range(n)]
+        # Through the C base's own fields, not the attributes: a subclass's
+        # _prev property and a set written to _pg_kids change what Python
+        # reads there, not which Values are the children.  _prev's own set
+        # first (the Values it made for nodes without one, with any
+        # _backward set on them), then the operands (a set keeps one of two
+        # children that compare equal; the node has both).
+        by_node = {}
+        cached = e.c_prev(v)
+        if isinstance(cached, (set, frozenset)):
+            for k in cached:
+                if isinstance(k, e.Value):
+                    by_node[lib.pg_node_addr(id(k))] = k
+        for k in e.operands(v):
+            by_node[lib.pg_node_addr(id(k))] = k
+        if any(p not in by_node for p in want):     # (_pg_kids written over)
+            for k in e._kids_of(v):
+                by_node.setdefault(lib.pg_node_addr(id(k)), k)
+        return tuple(by_node[p] for p in want)
 
 
 class LocalGrads(_PerChild):

@@ -74,6 +74,7 @@ _ValueCore, _Node, _NodeList = _bind()
 _get_a = _ValueCore.__dict__["_pg_a"].__get__
 _get_b = _ValueCore.__dict__["_pg_b"].__get__
 get_kids = _ValueCore.__dict__["_pg_kids"].__get__
+c_prev = _ValueCore.__dict__["_prev"].__get__
 _set_kids = _ValueCore.__dict__["_pg_kids"].__set__
 
 
@@ -373,8 +374,9 @@ class Value(_ValueBase):
         # Made in Python, as micrograd's custom ops are: its backward is the
         # closure set on it (None until then: micrograd's `lambda: None`),
         # kept where micrograd keeps it, in the instance dict; backward()
-        # finds this Value among the root's operands.
-        rc = lib.pg_custom_v(id(self), x, id(kids))
+        # finds this Value by its node's name for it (pg_custom_v).
+        # (with no children, a leaf with a name: compile takes it as an input)
+        rc = lib.pg_custom_v(id(self), x, id(kids)) if kids else _pg_leaf_v(id(self), x)
         if rc:
             _not_fresh(self, rc)
         if kids:

@@ -195,6 +195,23 @@ def _children_of(children: Iterable[Any]) -> Tuple["Value", ...]:
     return kids
 
 
+def _made(cls: type, data: float, children: Tuple[Any, ...], op: str) -> "Value":
+    """An op's result, of the class pygrad.Value's ops give (docs/api.md,
+    "The class an op returns"): ``cls`` (the class of the Value whose
+    method ran) when it keeps Value's ``__init__``, its
+    ``_pygrad_result_class`` if it names one, else Value; made with
+    Value's own ``__init__``, as C makes results without the subclass's."""
+    if cls is not Value:
+        named = getattr(cls, "_pygrad_result_class", None)
+        if isinstance(named, type) and issubclass(named, Value):
+            cls = named
+        elif getattr(cls, "__init__", None) is not Value.__init__:
+            cls = Value
+    out: "Value" = object.__new__(cls)
+    Value.__init__(out, data, children, op)
+    return out
+
+
 class Value:
     """A scalar in a computation graph, with its gradient (pure Python)."""
 
@@ -258,7 +275,7 @@ class Value:
 
     def _unary(self, code: str, name: str) -> "Value":
         fwd, (_, grad) = float_rules().unary[code]
-        out = Value(fwd(self.data), (self,), name)
+        out = _made(type(self), fwd(self.data), (self,), name)
 
         def _backward() -> None:
             self.grad += grad(self.data, out.data, out.grad)
@@ -266,9 +283,12 @@ class Value:
         out._rule = (code, None, _backward)
         return out
 
-    def _binary(self, other: "Value", code: str, name: str) -> "Value":
+    def _binary(self, other: "Value", code: str, name: str, cls: Any = None) -> "Value":
+        """self (op) other; ``cls``: the class of the Value whose method ran
+        (other's, for a reflected operator), self's if None."""
         fwd, (guard_a, grad_a), (guard_b, grad_b) = float_rules().binary[code]
-        out = Value(fwd(self.data, other.data), (self, other), name)
+        out = _made(type(self) if cls is None else cls, fwd(self.data, other.data),
+                    (self, other), name)
         # micrograd makes a - b as a + (b * -1) and a / b as a * b**-1, whose
         # hidden inner node keeps a grad that a second backward() adds to
         # again; `hidden` is that grad (csrc/ops.c keeps it in the node),
@@ -298,21 +318,21 @@ class Value:
         other = self._operand(other)
         return other if other is NotImplemented else self._binary(other, "MUL", "*")
 
-    def _sub(self, other: "Value") -> "Value":
-        return self._binary(other, "SUB", "-")
+    def _sub(self, other: "Value", cls: Any = None) -> "Value":
+        return self._binary(other, "SUB", "-", cls)
 
-    def _div(self, other: "Value") -> "Value":
-        return self._binary(other, "DIV", "/")
+    def _div(self, other: "Value", cls: Any = None) -> "Value":
+        return self._binary(other, "DIV", "/", cls)
 
-    def _pow_value(self, other: "Value") -> "Value":
-        return self._binary(other, "POW", "**")
+    def _pow_value(self, other: "Value", cls: Any = None) -> "Value":
+        return self._binary(other, "POW", "**", cls)
 
     def __neg__(self) -> "Value":
         return self._unary("NEG", "neg")
 
     def _pow_const(self, k: float, name: str) -> "Value":
         fwd, (guard, grad) = float_rules().powk
-        out = Value(fwd(self.data, k), (self,), "**" + name)
+        out = _made(type(self), fwd(self.data, k), (self,), "**" + name)
 
         def _backward() -> None:
             x, y, g = self.data, out.data, out.grad
@@ -400,10 +420,12 @@ class Value:
     # -- operator plumbing, in micrograd's operand order ----------------------
 
     def __radd__(self, other: Operand) -> "Value":
-        return self + other
+        other = self._operand(other)
+        return other if other is NotImplemented else self._binary(other, "ADD", "+")
 
     def __rmul__(self, other: Operand) -> "Value":
-        return self * other
+        other = self._operand(other)
+        return other if other is NotImplemented else self._binary(other, "MUL", "*")
 
     def __sub__(self, other: Operand) -> "Value":
         other = self._operand(other)
@@ -411,7 +433,7 @@ class Value:
 
     def __rsub__(self, other: Operand) -> "Value":
         other = self._operand(other)
-        return other if other is NotImplemented else other._sub(self)
+        return other if other is NotImplemented else other._sub(self, type(self))
 
     def __truediv__(self, other: Operand) -> "Value":
         other = self._operand(other)
@@ -419,7 +441,7 @@ class Value:
 
     def __rtruediv__(self, other: Operand) -> "Value":
         other = self._operand(other)
-        return other if other is NotImplemented else other._div(self)
+        return other if other is NotImplemented else other._div(self, type(self))
 
     def __pow__(self, other: Operand) -> "Value":
         if isinstance(other, Value):
@@ -432,7 +454,7 @@ class Value:
 
     def __rpow__(self, other: Operand) -> "Value":
         other = self._operand(other)
-        return other if other is NotImplemented else other._pow_value(self)
+        return other if other is NotImplemented else other._pow_value(self, type(self))
 
     # -- backward ---------------------------------------------------------------
 

@@ -145,8 +145,12 @@ class Program:
         if not outputs:
             raise ValueError("compile needs at least one output Value")
         for v in outputs:
+            d = lib.pg_describe_v(id(v))
+            if d < 0:
+                raise TypeError(f"compile's output (a {type(v).__name__}) has no node: its __init__ never ran "
+                                "(make Values with Value(data), or from other Values' operators)")
             # (a node over a traced input is traced too: the outputs tell)
-            if lib.pg_describe_v(id(v)) >> 8 & lib.PG_F_TRACED:
+            if d >> 8 & lib.PG_F_TRACED:
                 from ._graph_views import traced_error   # (imports this module's)
                 raise traced_error("pygrad.compile")
         # (the C program and batch hold their nodes themselves:
@@ -183,7 +187,11 @@ class Program:
     def _compile_batch(self, inputs: Tuple[Value, ...]) -> None:
         seen = set()
         for v in inputs:
-            if lib.pg_describe_v(id(v)) & 0xFF != lib.PG_OP_LEAF:
+            d = lib.pg_describe_v(id(v))
+            if d < 0:
+                raise TypeError(f"compile's input (a {type(v).__name__}) has no node: its __init__ never ran "
+                                "(make Values with Value(data))")
+            if d & 0xFF != lib.PG_OP_LEAF:
                 raise ValueError(f"compile's inputs must be leaves (Values made by Value(x)), "
                                  f"not the result of an op: {v!r}")
             if id(v) in seen:

@@ -1,7 +1,7 @@
 """Drawing computation graphs, as in micrograd's trace_graph notebook.
 
 Everything here reaches the graph only through micrograd's public API
-(``_prev``, ``_op``, ``data``, ``grad``, ``label``), so it works for
+(``_prev``, ``_op``, ``data``, ``grad``, and ``label`` where there is one), so it works for
 ``pygrad.Value``, ``pygrad.reference.Value`` and micrograd's own Value.
 The walks are iterative: graphs of any depth are fine.
 
@@ -14,6 +14,12 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 __all__ = ["trace", "draw_dot", "format_tree", "print_tree"]
 
 Node = Any  # a Value of any micrograd-compatible engine
+
+
+def _label(v: Node) -> str:
+    """``v.label``, or "" for an engine whose Value has none (micrograd's
+    package: the lecture's Value added it)."""
+    return getattr(v, "label", "")
 Edge = Tuple[Node, Node]
 
 
@@ -22,7 +28,7 @@ def _float_key(x: float) -> Tuple[bool, float]:
 
 
 def _sort_key(v: Node) -> Tuple[Any, ...]:
-    return (v._op, v.label, _float_key(v.data), _float_key(v.grad))
+    return (v._op, _label(v), _float_key(v.data), _float_key(v.grad))
 
 
 def _children(v: Node) -> List[Node]:
@@ -88,7 +94,7 @@ def draw_dot(root: Node, format: str = "svg", rankdir: str = "LR") -> "Any":
     dot.text_tree = format_tree(root)
     for v in nodes:
         uid = name[id(v)]
-        text = "{ %s | data %.4f | grad %.4f }" % (_record_text(v.label), v.data, v.grad)
+        text = "{ %s | data %.4f | grad %.4f }" % (_record_text(_label(v)), v.data, v.grad)
         dot.node(name=uid, label=text, shape="record")
         if v._op:
             dot.node(name=uid + "_op", label=v._op)
@@ -118,8 +124,8 @@ def _line(v: Node) -> str:
     text = f"Value(data={v.data}, grad={v.grad})"
     if v._op:
         text += f" {v._op!r}"
-    if v.label:
-        text += f" {v.label}"
+    if _label(v):
+        text += f" {_label(v)}"
     return text
 
 

@@ -1,0 +1,251 @@
+"""Eighth adversarial round: two helpers that wrote none of the code, one
+on threads, fork, the collector and interrupts, one on the object model
+and code written the way users write it.
+
+Each finding's test fails on the code it was written against (d2a5e26)
+and passes once fixed.  The first helper's one finding (fork() waits,
+uninterruptibly, for a walk another thread is in) is a documented bound
+(csrc/lock.h, rule 3), not tested here: only a race shows it.
+"""
+import copy
+import gc
+import pickle
+import sys
+
+import pytest
+
+import pygrad
+from pygrad import Value
+from pygrad import reference as R
+from pygrad.engine import _Node
+
+
+# =====================================================================================
+# 1. _children (and grad(create_graph=True), which walks it) read the
+#    user-visible _prev and _pg_a: a subclass's _prev property, or a set
+#    written to _pg_kids, gave a bare KeyError
+# =====================================================================================
+
+@pytest.mark.parametrize("V", [Value, R.Value])
+def test_a_subclass_prev_property_changes_no_childrens_walk(V):
+    class Drawn(V):
+        @property
+        def _prev(self):                     # a drawing helper's: hide the constants
+            return {k for k in super()._prev if k.label or k._prev}
+
+    x = Drawn(3.0, label="x")
+    y = x * 2 + x.tanh()
+    (g,) = pygrad.grad(y, [x], create_graph=True)
+    (h,) = pygrad.grad(g, [x])
+    rx = R.Value(3.0)
+    (rg,) = pygrad.grad(rx * 2 + rx.tanh(), [rx], create_graph=True)
+    (rh,) = pygrad.grad(rg, [rx])
+    assert (g.data, h.data) == (rg.data, rh.data)
+    assert len((x * 2)._children) == 2
+
+
+@pytest.mark.parametrize("cache", [set(), frozenset(), None, 5, {Value(9.0)}])
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_pg_kids_written_over_changes_no_gradient(cache, create_graph):
+    x = Value(3.0)
+    y = x * 2
+    y._pg_kids = cache
+    (g,) = pygrad.grad(y, [x], create_graph=create_graph)
+    assert g.data == 2.0
+    a, b = y._children
+    assert a is x and b.data == 2.0 and b is not x
+
+
+# =====================================================================================
+# 2. A _backward set on a Value _prev made (a number's leaf), then _prev's
+#    cache written over: backward() said the (live) Value was cleared, or,
+#    with _prev read again, skipped the closure silently
+# =====================================================================================
+
+def _hooked():
+    x = Value(3.0)
+    y = x * 2
+    z = y + 1
+    (k,) = [k for k in y._prev if k is not x]
+    calls = []
+    k._backward = lambda: calls.append(k.grad)
+    return x, y, z, k, calls
+
+
+def test_a_hook_on_a_prev_made_value_runs():
+    x, y, z, k, calls = _hooked()
+    z.backward()
+    assert calls == [3.0] and x.grad == 2.0
+
+
+@pytest.mark.parametrize("read_again", [False, True])
+def test_a_hook_out_of_the_graphs_reach_is_an_error_not_a_skip(read_again):
+    x, y, z, k, calls = _hooked()
+    x.grad = 0.5
+    y._pg_kids = None
+    if read_again:
+        (k2,) = [v for v in y._prev if v is not x]     # another Value for the node
+        assert k2 is not k
+    with pytest.raises(RuntimeError, match="not among the Values the graph holds"):
+        z.backward()
+    assert calls == [] and x.grad == 0.5 and z.grad == 0.0   # every grad put back
+
+
+# =====================================================================================
+# 3. compile() of a Value whose __init__ never ran said it was a traced Value
+# =====================================================================================
+
+class _Forgot(Value):
+    def __init__(self, data, name):
+        self.name = name                      # super().__init__ forgotten
+
+
+@pytest.mark.parametrize("call", [
+    lambda v: pygrad.compile(v),
+    lambda v: pygrad.compile([v]),
+    lambda v: pygrad.compile(Value(1.0) * 2, inputs=[v]),
+])
+def test_compile_of_a_value_without_a_node_says_so(call):
+    v = _Forgot(1.0, "x")
+    with pytest.raises(TypeError, match="has no node: its __init__ never ran"):
+        call(v)
+
+
+# =====================================================================================
+# 4. A leaf made micrograd's way with a name, Value(x, (), 'input'), was a
+#    childless custom node: compile refused it as an input
+# =====================================================================================
+
+def test_a_named_leaf_is_a_leaf():
+    import numpy as np
+    x, w = Value(2.0, (), "input"), Value(3.0)
+    assert x._op == "input" and x._prev == set()
+    y = (x * w).tanh()
+    p = pygrad.compile(y, inputs=[x])
+    rows = np.array([[0.1], [2.0], [-0.7]])
+    got = p.map(rows)
+    for r, out in zip(rows[:, 0], got):
+        rx = R.Value(float(r))
+        assert out == (rx * R.Value(3.0)).tanh().data
+    y.backward()
+    rx, rw = R.Value(2.0, (), "input"), R.Value(3.0)
+    (rx * rw).tanh().backward()
+    assert (x.grad, w.grad) == (rx.grad, rw.grad)
+
+
+def test_a_named_leafs_own_backward_runs():
+    for V in (Value, R.Value):
+        x = V(2.0, (), "input")
+        seen = []
+        x._backward = lambda: seen.append(x.grad)
+        (x * 3).backward()
+        assert seen == [3.0], V
+
+
+# =====================================================================================
+# 5. pygrad.reference's ops gave a plain Value where pygrad.Value's give the
+#    subclass (docs/api.md, "The class an op returns")
+# =====================================================================================
+
+def _classes(V):
+    class Keeps(V):
+        def hello(self):
+            return "hi"
+
+    class Own(V):
+        def __init__(self, data, tag=""):
+            super().__init__(data)
+            self.tag = tag
+
+    class Named(V):
+        def __init__(self, data, tag=""):
+            super().__init__(data)
+
+    Named._pygrad_result_class = Keeps
+    out = []
+    for cls in (Keeps, Own, Named):
+        a, b = cls(0.5), V(1.5)
+        results = [a * 2, 2 * a, a - 1, 1 - a, a / 3, 3 / a, a ** 2, a ** 0.5, 2 ** a,
+                   a ** b, b ** a, -a, a.tanh(), a.exp(), a + b, b + a, b * a, a * b]
+        out.append([type(r).__name__ for r in results])
+    return out
+
+
+def test_the_reference_gives_ops_the_class_pygrad_does():
+    assert _classes(R.Value) == _classes(Value)
+    assert _classes(Value)[0][0] == "Keeps" and _classes(Value)[1][0] == "Value"
+
+
+def test_the_reference_keeps_its_operand_order_for_reflected_ops():
+    for V in (Value, R.Value):
+        a = V(2.0)
+        assert [k.data for k in (3 + a)._children] == [2.0, 3.0]
+        assert [k.data for k in (3 - a)._children] == [3.0, 2.0]
+
+
+# =====================================================================================
+# 6. A copy of a Value a pygrad.Function made carried the Function and its
+#    inputs as attributes (a local Function class could not be pickled)
+# =====================================================================================
+
+@pytest.mark.parametrize("V", [Value, R.Value])
+def test_a_copy_leaves_the_function_behind(V):
+    class Cube(pygrad.Function):              # local: unpicklable by name
+        differentiable = True
+
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x ** 3
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_values
+            return (3 * x * x * g,)
+
+    y = Cube.apply(V(2.0))
+    y.note = "kept"
+    for c in (copy.copy(y), copy.deepcopy(y), pickle.loads(pickle.dumps(y))):
+        assert c.data == 8.0 and vars(c) == {"note": "kept"}
+
+
+# =====================================================================================
+# 7. A node object could be made from Python by giving its type a __new__
+# =====================================================================================
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="types are immutable from 3.10")
+def test_node_types_are_immutable():
+    with pytest.raises(TypeError):
+        _Node.__new__ = lambda cls: object.__new__(cls)
+    with pytest.raises(TypeError):
+        _Node()
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 10), reason="3.9: the type can be given a __new__")
+def test_an_empty_node_object_made_on_39_frees_cleanly():
+    saved = _Node.__dict__.get("__new__")
+    _Node.__new__ = lambda cls: object.__new__(cls)
+    try:
+        made = _Node()
+        del made
+        gc.collect()
+    finally:
+        _Node.__new__ = saved
+    x = Value(2.0)
+    (x * x).backward()
+    assert x.grad == 4.0
+
+
+# =====================================================================================
+# 8. pygrad.viz on micrograd's own Value (which has no label) raised
+# =====================================================================================
+
+def test_viz_draws_micrograds_value():
+    micrograd = pytest.importorskip("micrograd.engine")
+    from pygrad import viz
+    a, b = micrograd.Value(2.0), micrograd.Value(3.0)
+    nodes, edges = viz.trace(a * b + 1)
+    assert len(nodes) == 5 and len(edges) == 4
+    text = viz.format_tree(a * b + 1)          # (micrograd's own repr: grad=0)
+    assert text.splitlines()[0] == "Value(data=7.0, grad=0) '+'"
+    assert len(text.splitlines()) == 5 and "'*'" in text
