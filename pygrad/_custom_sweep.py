@@ -7,11 +7,14 @@ for replay's messages."""
 from typing import Any, Optional
 
 from ._core import ffi, lib
-from .engine import Value, get_kids, operands
+from .engine import Value, get_b, get_kids, operands
 
 
 def values_below(root: Value) -> "dict[int, Value]":
-    """Every Value ``root`` holds, transitively, by its node's address."""
+    """Every Value ``root`` holds, transitively, by its node's address:
+    operands, a fused model's table and the Values in _prev's cache (the
+    C base's own fields, whatever a subclass or a write to _pg_kids put
+    in the attributes)."""
     found: "dict[int, Value]" = {}
     seen, stack = set(), [root]
     while stack:
@@ -21,9 +24,12 @@ def values_below(root: Value) -> "dict[int, Value]":
         seen.add(id(v))
         found.setdefault(lib.pg_node_addr(id(v)), v)
         stack.extend(operands(v))
+        table = get_b(v)
+        if type(table) is dict:    # a fused model's Values for its hidden nodes
+            stack.extend(table.values())
         kids = get_kids(v)         # Values _prev made for nodes without one
-        if kids:
-            stack.extend(kids)
+        if isinstance(kids, (set, frozenset)):
+            stack.extend(k for k in kids if isinstance(k, Value))
     return found
 
 
@@ -33,10 +39,13 @@ def find_below(root: Value, node: int) -> "Optional[Value]":
     return values_below(root).get(node)
 
 
-_GONE = ("pygrad: the _backward set on a Value of this node is not among the Values the "
-         "graph holds: that Value is gone (the collector cleared it) or out of the graph's "
-         "reach (one _prev made, whose cache _pg_kids was then written over). Set _backward "
-         "on a Value the graph holds: an operand, or the one _prev gives now")
+#: backward()'s and pygrad.grad's error for a node given a _backward whose
+#: closure they can't find.
+GONE = ("pygrad: this node was given a _backward that is gone: the Value it was set on is "
+        "no longer among the Values the graph holds (one _prev made, whose cache _pg_kids "
+        "was then written over; one the collector cleared), or its instance dict lost it. "
+        "Set _backward again, on a Value the graph holds (an operand, or the one _prev "
+        "gives now)")
 
 
 def record_backward(root: Value) -> int:
@@ -55,18 +64,20 @@ def record_backward(root: Value) -> int:
             if lib.pg_sweep_value(sweep, id(found)):
                 v = found[0]
             else:       # a C node whose _backward was set later: find its Value
-                if below is None:
+                node = lib.pg_sweep_node_addr(sweep)
+                v = below.get(node) if below is not None else None
+                if v is None:       # (again: a closure may have made Values since)
                     below = values_below(root)
-                v = below.get(lib.pg_sweep_node_addr(sweep))
+                    v = below.get(node)
             if not isinstance(v, Value):
-                raise RuntimeError(_GONE)
+                raise RuntimeError(GONE)
             fn = v.__dict__.get("_backward")
             if fn is not None:
                 fn()
             elif lib.pg_describe_v(id(v)) & 0xFF != lib.PG_OP_CUSTOM:
                 # (a custom op's None is micrograd's `lambda: None`; a C
                 # node is flagged only as its Value gets a closure)
-                raise RuntimeError(_GONE)
+                raise RuntimeError(GONE)
             rc = lib.pg_backward_resume_s(sweep)
         if rc == 0:
             # Kept only now: a Ctrl-C that came during the last call rose

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from . import engine as _engine
 from . import reference as _reference
 from ._core import ffi, lib
+from ._custom_sweep import GONE
 from ._edges import ChildrenInOrder
 from .engine import is_noop
 from ._lazy import import_whole
@@ -154,6 +155,8 @@ class CGraph:
             raise traced_error()
         if flags & lib.PG_F_PY_BACKWARD:
             fn = getattr(v, "__dict__", {}).get("_backward")
+            if fn is None and op != lib.PG_OP_CUSTOM:
+                raise RuntimeError(GONE)       # (as backward() says: _custom_sweep.py)
             # Value(x, children, op) whose _backward was never set (or is
             # micrograd's `lambda: None`) adds nothing: backward() skips it
             return ("NONE", None) if fn is None or is_noop(fn) else ("CUSTOM", None)

@@ -72,7 +72,7 @@ def _bind() -> "tuple[type, type, type]":
 _ValueCore, _Node, _NodeList = _bind()
 # The C base's own fields, read past anything a subclass names the same
 _get_a = _ValueCore.__dict__["_pg_a"].__get__
-_get_b = _ValueCore.__dict__["_pg_b"].__get__
+_get_b = get_b = _ValueCore.__dict__["_pg_b"].__get__
 get_kids = _ValueCore.__dict__["_pg_kids"].__get__
 c_prev = _ValueCore.__dict__["_prev"].__get__
 _set_kids = _ValueCore.__dict__["_pg_kids"].__set__
@@ -415,8 +415,8 @@ class Value(_ValueBase):
         if not callable(fn):
             raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
         own = self.__dict__
-        if "_backward" in own:       # made by Value(data, children, op): flagged in C
-            own["_backward"] = fn
+        if "_backward" in own and _describe(id(self)) & _D_PY_BACKWARD:
+            own["_backward"] = fn    # flagged in C already (Value(data, children, op))
             return
         if (type(fn) is functools.partial and fn.func is _node_backward and not fn.keywords
                 and len(fn.args) == 1 and fn.args[0] is self):

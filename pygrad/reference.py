@@ -273,9 +273,11 @@ class Value:
 
     # -- ops: each forward and gradient rule from pygrad/op_rules.py --------
 
-    def _unary(self, code: str, name: str) -> "Value":
+    def _unary(self, code: str, name: str, cls: Any = None) -> "Value":
+        """op(self); ``cls``: the class of the Value whose method ran, self's
+        if None."""
         fwd, (_, grad) = float_rules().unary[code]
-        out = _made(type(self), fwd(self.data), (self,), name)
+        out = _made(type(self) if cls is None else cls, fwd(self.data), (self,), name)
 
         def _backward() -> None:
             self.grad += grad(self.data, out.data, out.grad)
@@ -495,6 +497,16 @@ def _as_value(v: Any) -> Value:
     return v if isinstance(v, Value) else Value(v)
 
 
+def _plain(a: Value, code: str, name: str, b: Any = None) -> Value:
+    """An op of the fused functions below: a plain Value, whatever class its
+    operands have (their own operators are not called), as each of
+    pygrad's fused functions makes one plain Value."""
+    return a._unary(code, name, Value) if b is None else a._binary(b, code, name, Value)
+
+
+_ACTS = {"relu": ("RELU", "ReLU"), "tanh": ("TANH", "tanh"), "sigmoid": ("SIGMOID", "sigmoid")}
+
+
 def dot(w: Iterable[Any], x: Iterable[Any], b: Any = None, act: Any = None) -> Value:
     """``act(b + w[0]*x[0] + ...)`` from plain ops (micrograd's neuron)."""
     w, x = list(w), list(x)
@@ -502,15 +514,15 @@ def dot(w: Iterable[Any], x: Iterable[Any], b: Any = None, act: Any = None) -> V
         raise ValueError(f"dot needs as many weights as inputs: {len(w)} != {len(x)}")
     if not w and b is None:
         raise ValueError("dot of nothing: give at least one term or a bias")
-    terms = (_as_value(wi) * _as_value(xi) for wi, xi in zip(w, x))
+    terms = (_plain(_as_value(wi), "MUL", "*", _as_value(xi)) for wi, xi in zip(w, x))
     if b is None:
         out = next(terms)
     else:
         out = _as_value(b)
     for t in terms:
-        out = out + t
-    if act in ("relu", "tanh", "sigmoid"):
-        return getattr(out, act)()
+        out = _plain(out, "ADD", "+", t)
+    if act in _ACTS:
+        return _plain(out, *_ACTS[act])
     if act not in (None, "linear"):
         raise ValueError(f"act must be one of None, 'relu', 'tanh', 'sigmoid'; not {act!r}")
     return out
@@ -524,7 +536,7 @@ def sum(values: Iterable[Any], start: Any = None) -> Value:  # noqa: A001
         raise ValueError("sum of nothing: give at least one value")
     out = vs[0]
     for v in vs[1:]:
-        out = out + v
+        out = _plain(out, "ADD", "+", v)
     return out
 
 
@@ -539,7 +551,8 @@ def logsumexp(values: Iterable[Any]) -> Value:
             m = v.data
     if math.isinf(m):
         m = 0.0
-    return sum([(v - m).exp() for v in vs]).log() + m
+    shifted = sum([_plain(_plain(v, "SUB", "-", Value(m)), "EXP", "exp") for v in vs])
+    return _plain(_plain(shifted, "LOG", "log"), "ADD", "+", Value(m))
 
 
 def sum_of_products(bias: Any, terms: "list[Value]") -> Value:
