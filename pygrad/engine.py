@@ -415,8 +415,8 @@ class Value(_ValueBase):
         if not callable(fn):
             raise TypeError(f"_backward must be callable, not {type(fn).__name__}")
         own = self.__dict__
-        if "_backward" in own and _describe(id(self)) & _D_PY_BACKWARD:
-            own["_backward"] = fn    # flagged in C already (Value(data, children, op))
+        if "_backward" in own:       # made by Value(data, children, op): flagged in C
+            own["_backward"] = fn
             return
         if (type(fn) is functools.partial and fn.func is _node_backward and not fn.keywords
                 and len(fn.args) == 1 and fn.args[0] is self):
@@ -612,7 +612,14 @@ def _leaf(cls: "type[Value]", data: float, grad: float, label: str, state: Any =
     this function, so it stays here: pygrad/_copies.py does the work)."""
     v: Value = cls.__new__(cls)
     Value.__init__(v, data, label=label)
-    return new_leaf(Value, v, data, grad, label, state, made=True)
+    v = new_leaf(Value, v, data, grad, label, state, made=True)
+    own = getattr(v, "__dict__", None)
+    if own and "_backward" in own and not _describe(id(v)) & _D_PY_BACKWARD:
+        # a closure a subclass's own __getstate__ carried (or an old pickle's
+        # custom leaf): it stays behind, as the graph's do, and the marker
+        # of Value(data, children, op) (the setter's) with it
+        del own["_backward"]
+    return v
 
 
 # backward()'s slow path, when a Python closure lies below the root (its own
