@@ -29,6 +29,8 @@ static pg_mutex sweep_lock = PG_MUTEX_INIT;
 
 static void sweep_acquire(void) { pg_mutex_lock(&sweep_lock); }
 static void sweep_release(void) { pg_mutex_unlock(&sweep_lock); }
+void pg_sweep_hold(void) { sweep_acquire(); }
+void pg_sweep_unhold(void) { sweep_release(); }
 
 #ifdef PG_TEST_HOOKS
 static _Atomic uint32_t sweep_lock_waits;

@@ -114,6 +114,7 @@ typedef struct batch {
                                * batch's hold keeps them alive: value_binding.h) */
     double *shared_data;      /* per shared leaf: its data, read at each run */
     double *base;             /* per shared leaf: its grad at the start, then chunk 0's sum */
+    double *seen;             /* per shared leaf: its grad at the start, kept (batch_run) */
     double *partial;          /* PG_ROUND_CHUNKS x nshared: a round's other chunks' sums */
     uint32_t nlayers;
     uint32_t *layer_at;       /* per slot: 1 + the layer that starts or ends there, else 0 */
@@ -155,7 +156,7 @@ static void batch_free(batch *b) {
     free(b->xs); free(b->gxs);
     free(b->zero_slot); free(b->summed); free(b->input_slot); free(b->out_slot);
     free(b->out_xs);
-    free(b->shared_node); free(b->shared_data); free(b->base); free(b->partial);
+    free(b->shared_node); free(b->shared_data); free(b->base); free(b->seen); free(b->partial);
     pg_rule_watch_free(&b->watch);
     free(b);
 }
@@ -220,6 +221,7 @@ static int32_t lay_out(batch *b, const pg_layout *L, pg_node *const *inputs,
               PG_ALLOC(b->summed, nsummed) && PG_ALLOC(w0->summed_into, nsummed) &&
               PG_ALLOC(b->shared_node, b->nshared) && PG_ALLOC(b->shared_data, b->nshared) &&
               PG_ALLOC(w0->shared_grad, b->nshared) && PG_ALLOC(b->base, b->nshared) &&
+              PG_ALLOC(b->seen, b->nshared) &&
               PG_ALLOC(w0->data, n * b->stride) && PG_ALLOC(w0->grad, n * b->stride) &&
               PG_ALLOC(w0->tmp, b->block)))
             rc = PG_E_NOMEM;
@@ -841,10 +843,17 @@ static int32_t batch_run(batch *b, const double *rows, size_t n, double *out, co
     while (b->nwork < t && make_worker(b, b->nwork) == 0) b->nwork++;
     if (t > b->nwork) t = b->nwork;              /* out of memory: fewer threads, same bits */
 
+    /* The sums are made without the sweep lock, from the grads read here,
+     * and written under it if no other thread wrote one meanwhile (a
+     * backward(), another program's run over the same parameters); if one
+     * did, they are made again under the lock: each run adds its whole sum,
+     * as one of the serial orders would (csrc/lock.h, rule 2). */
+    int locked = 0;
+again:
     for (uint32_t j = 0; j < b->nshared; j++) {
         const pg_node *node = b->shared_node[j];
         b->shared_data[j] = node->data;
-        b->base[j] = node->grad;
+        b->base[j] = b->seen[j] = node->grad;
     }
     layers_gather_data(b);
 
@@ -862,7 +871,14 @@ static int32_t batch_run(batch *b, const double *rows, size_t n, double *out, co
         first = end;
     } while (first < chunks);
     if (w == NULL) return 0;
+    if (!locked) {
+        pg_sweep_hold();
+        locked = 1;
+        for (uint32_t j = 0; j < b->nshared; j++)
+            if (memcmp(&b->shared_node[j]->grad, &b->seen[j], sizeof(double)) != 0) goto again;
+    }
     for (uint32_t j = 0; j < b->nshared; j++) b->shared_node[j]->grad = b->base[j];
+    pg_sweep_unhold();
     return 0;
 }
 

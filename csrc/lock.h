@@ -20,9 +20,13 @@
  *       makes a sweep's rules one step (two backward()s over shared nodes
  *       each add their whole gradient), unless a Python closure lies
  *       below: that sweep records its order under the lock, then runs its
- *       rules and closures without it.  Its holder never waits for the
- *       GIL, so a thread holding the GIL may wait for it (fork, and
- *       pygrad.grad's numbers).
+ *       rules and closures without it.  A compiled run that adds into
+ *       nodes' grads takes it too: a program's backward for its whole
+ *       run, a batch's sums to write them (made again under it if another
+ *       thread wrote one of those grads meanwhile), so each run adds its
+ *       whole sum.  Its holder never waits for the GIL, so a thread
+ *       holding the GIL may wait for it (fork, and pygrad.grad's numbers),
+ *       and so may a long call without the GIL.
  *     - Other C state shared between threads is atomic (replay.c's pending
  *       marks and clock, nodes.c's count of rules set in Python),
  *       thread-local (a trace's flag, the free list of node objects) or

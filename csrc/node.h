@@ -74,5 +74,12 @@ int pg_record_order(pg_node *const *roots, uint32_t nroots, int graded, pg_node 
  * every node in it marked (use may set a mark to any nonzero value). */
 int32_t pg_with_order(pg_node *const *roots, uint32_t nroots, int ms,
                       int32_t (*use)(pg_node *const *order, size_t n, void *ctx), void *ctx);
+/* backward.c: the sweep lock, taken and let go by a compiled run that adds
+ * into nodes' grads (a program's backward, a batch's sums), so that it is
+ * one step among backward()s and other runs (csrc/lock.h, rule 2).  Taken
+ * with the GIL let go, inside a call that is one C call anyway: its
+ * holders wait for nothing but C. */
+void pg_sweep_hold(void);
+void pg_sweep_unhold(void);
 
 #endif

@@ -447,6 +447,9 @@ int32_t pg_program_run_onehot(pg_program *p, pg_node *const *inputs, size_t n,
 }
 
 static void backward_run(flat *f) {
+    /* Under the sweep lock: the leaves' grads read, added to and written
+     * back as one step, as a backward() of the same nodes is. */
+    pg_sweep_hold();
     /* The leaves' current data, as node rules would read, and grads. */
     for (size_t j = 0; j < f->nleaves; j++) {
         fetch_leaf(f, j);
@@ -462,6 +465,7 @@ static void backward_run(flat *f) {
         f->g[f->leaf[j]] = 0.0;
     }
     if (f->defer && f->root_node != NULL) f->root_node->grad = f->gout[f->nsteps - 1];
+    pg_sweep_unhold();
     ran(f, PENDING_GRAD);
 }
 

@@ -164,3 +164,13 @@ def local_grad_numbers(local_grads: Any, children: tuple) -> "list[float]":
                             f"{type(g).__name__} ({g!r})")
         out.append(x)
     return out
+
+
+def refuse_unordered(xs: Any, what: str) -> None:
+    """A TypeError for a set or a mapping given where the order of the
+    items names what each result is (compile's inputs and outputs,
+    ``Inputs``, ``grad``'s inputs): iterating one gives an order the caller
+    can't know."""
+    if isinstance(xs, (set, frozenset, dict)) or hasattr(xs, "keys"):
+        raise TypeError(f"{what} must be a sequence in order (a list or a tuple), not a "
+                        f"{type(xs).__name__}: its order names each result")

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _backend, op_rules
 from ._lazy import import_whole
-from ._numbers import is_value, real_or_none, to_real
+from ._numbers import is_value, real_or_none, refuse_unordered, to_real
 from ._rule_functions import Rules
 from ._second_order import Sweep, second_order, sum_order
 
@@ -379,6 +379,7 @@ def _as_list(x: Any, what: str) -> List[Any]:
             "(pygrad.grad(loss, params, create_graph=True) on the Values you compiled)")
     if isinstance(x, (str, bytes)) or not hasattr(x, "__iter__"):
         raise TypeError(f"{what} must be a Value or a sequence of Values, not {type(x).__name__}")
+    refuse_unordered(x, what)
     items = list(x)
     for v in items:
         if not is_value(v):
@@ -441,9 +442,7 @@ def _grad_numbers(view: Any, outs: List[Any], seeds: List[float], ins: List[Any]
 def _items(xs: Any, what: str) -> List[Any]:
     """xs (a number, a Value, a 0-d or 1-d array, or a sequence of them) as
     a list; a mapping or a set (no order) is refused."""
-    if isinstance(xs, (dict, set, frozenset)) or hasattr(xs, "keys"):
-        raise TypeError(f"{what} must be a number, a Value or a sequence of them in order, "
-                        f"not a {type(xs).__name__}")
+    refuse_unordered(xs, what)
     if (is_value(xs) or isinstance(xs, (str, bytes)) or not hasattr(xs, "__iter__")
             or getattr(xs, "ndim", None) == 0):
         return [xs]

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Tuple, Unio
 
 
 from ._core import ffi, lib
-from ._numbers import not_a_number, real_array
+from ._numbers import not_a_number, real_array, refuse_unordered
 from ._lifetime import bulk, pack
 from ._value_ops import Scalar
 from ._custom_sweep import find_below
@@ -294,6 +294,8 @@ class Program:
         # (which a user may rebind): C reads and writes as many.
         batch = alive(self._batch)
         k, ninputs = lib.pg_batch_width(batch, 1), lib.pg_batch_width(batch, 0)
+        if _ndarray is None:
+            _numpy_types()          # (this module reloaded since the compile)
         # The common case first: arrays that are already what C takes.
         if (type(rows) is _ndarray and rows.dtype is _F64 and rows.ndim == 2
                 and rows.shape[1] == ninputs and rows.flags.c_contiguous and rows.flags.aligned):
@@ -355,8 +357,12 @@ class Program:
         from .optim import fused_fill
         fill = fused_fill(optimizer)
         if fill is None:
+            stale = any(c.__module__ == "pygrad.optim" and c.__name__ in ("SGD", "Adam")
+                        for c in type(optimizer).__mro__)
             raise TypeError(f"train_step's optimizer must be a pygrad.optim.SGD or Adam, "
-                            f"not {type(optimizer).__name__}")
+                            f"not {type(optimizer).__name__}"
+                            + (" of a pygrad.optim from before importlib.reload: make the "
+                               "optimizer again" if stale else ""))
         if grad is None:
             raise TypeError("train_step needs grad: the loss weight of each row (e.g. 1/n each)")
         data, w, n = self._rows(rows, grad, "train_step")
@@ -433,6 +439,7 @@ def _values(values: Any, what: str) -> Tuple[Value, ...]:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise not_a_number(values, f"{what} must be a pygrad.Value (C engine) or a list of "
                                    f"them, not {type(values).__name__}")
+    refuse_unordered(values, what)
     out = tuple(values)
     for v in out:
         if not isinstance(v, Value):
@@ -545,6 +552,7 @@ class Inputs:
     __slots__ = ("_values", "_packed")
 
     def __init__(self, values: Iterable[Value]) -> None:
+        refuse_unordered(values, "Inputs' values")
         self._values: Tuple[Value, ...] = tuple(values)
         for v in self._values:
             if not isinstance(v, Value):

@@ -365,3 +365,124 @@ def test_the_fused_functions_give_a_plain_value_on_both_engines():
     ra, rb = R.Value(0.5), R.Value(1.5)
     a, b = Value(0.5), Value(1.5)
     assert pygrad.logsumexp([a, b]).data == R.logsumexp([ra, rb]).data
+
+
+# =====================================================================================
+# 10. A ninth round (batched tier, notebooks, threads): two threads' runs of
+#     programs over the same parameters (or a run beside a backward()) lost
+#     each other's grads; a reloaded replay module broke map(grad=); sets
+#     were taken where the order names each result
+# =====================================================================================
+
+def _shared_programs(n_programs=2):
+    w, x = Value(0.5), Value(1.0)
+    out = w * x
+    return w, [pygrad.compile(out, inputs=[x]) for _ in range(n_programs)]
+
+
+def test_two_threads_runs_over_shared_parameters_each_add_their_sum():
+    import threading
+    import numpy as np
+    w, progs = _shared_programs()
+    rows, g, rounds = np.ones((300, 1)), np.ones(300), 60
+    start = threading.Barrier(2)
+
+    def work(p):
+        start.wait()
+        for _ in range(rounds):
+            p.map(rows, grad=g)
+            p.backward()
+
+    ts = [threading.Thread(target=work, args=(p,)) for p in progs]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    # each map adds 300.0 (x = 1.0 in every row), each backward x.data = 1.0
+    assert w.grad == 2 * rounds * 301.0
+
+
+needs_hooks = pytest.mark.skipif(not hasattr(pygrad._core.lib, "pg_hold_workers"),
+                                 reason="needs a test build's hooks (.ci/sanitize)")
+
+
+@needs_hooks
+def test_a_run_adds_onto_a_grad_written_while_it_ran():
+    """The run reads its parameters' grads, then its workers are held;
+    backward() adds into the same parameter meanwhile: the run's sum is
+    made again from the new grad, under the sweep lock."""
+    import threading
+    import numpy as np
+    lib = pygrad._core.lib
+    w, (prog,) = _shared_programs(1)
+    prog.threads = 2
+    rows, g = np.ones((2048, 1)), np.ones(2048)
+    lib.pg_hold_workers(1)
+    t = threading.Thread(target=prog.map, args=(rows,), kwargs={"grad": g})
+    t.start()
+    try:
+        while lib.pg_held_workers() < 1:     # the run is in C, its grads read
+            threading.Event().wait(0.001)
+        (w * 3.0).backward()
+    finally:
+        lib.pg_hold_workers(0)
+        t.join()
+    assert w.grad == 3.0 + 2048.0
+
+
+@needs_hooks
+@pytest.mark.parametrize("run", ["backward", "map"])
+def test_a_runs_grads_wait_for_a_walk_that_holds_the_sweep_lock(run):
+    """A thread holds the sweep lock (as a backward()'s walk does) and
+    writes the parameter's grad under it; a program's run started meanwhile
+    adds onto what it wrote."""
+    import threading
+    import numpy as np
+    lib = pygrad._core.lib
+    w, (prog,) = _shared_programs(1)
+    rows, g = np.ones((5, 1)), np.ones(5)
+    call = prog.backward if run == "backward" else lambda: prog.map(rows, grad=g)
+    prog.forward() if run == "backward" else None
+    held, go = threading.Event(), threading.Event()
+
+    def holder():
+        lib.pg_test_hold_sweep_lock(1)
+        held.set()
+        go.wait(60)
+        w.grad = 7.0                       # a walk's rules, under the lock
+        lib.pg_test_hold_sweep_lock(0)
+
+    h = threading.Thread(target=holder)
+    h.start()
+    held.wait(60)
+    r = threading.Thread(target=call)
+    r.start()
+    go.set()
+    h.join()
+    r.join()
+    assert w.grad == 7.0 + (1.0 if run == "backward" else 5.0)
+
+
+def test_map_with_grad_after_the_replay_module_is_reloaded():
+    import importlib
+    import numpy as np
+    import pygrad.replay
+    w, (prog,) = _shared_programs(1)
+    importlib.reload(pygrad.replay)
+    try:
+        prog.map(np.ones((3, 1)), grad=np.ones(3))
+    finally:
+        importlib.reload(pygrad.replay)
+    assert w.grad == 3.0
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, y: pygrad.compile(x * y, inputs={x, y}),
+    lambda x, y: pygrad.compile({x * y: 1}),
+    lambda x, y: pygrad.Inputs({x, y}),
+    lambda x, y: pygrad.grad(x * y, {x, y}),
+])
+def test_a_set_where_the_order_names_each_result_is_refused(call):
+    x, y = Value(1.0), Value(2.0)
+    with pytest.raises(TypeError, match="must be a sequence in order"):
+        call(x, y)
