@@ -432,8 +432,11 @@ def _grad_numbers(view: Any, outs: List[Any], seeds: List[float], ins: List[Any]
     """The numbers of grad(): one C call (the C engine's view), or the
     rules over floats (the reference engine); every .grad left as it was."""
     numbers = view.grad_numbers(outs, seeds, ins)
-    if numbers is not None:
+    if numbers is not None and all(math.isfinite(x) for x in numbers):
         return numbers
+    # (a number that is not finite may come from a rule backward() runs at a
+    # node no gradient reaches, 0 * an infinite slope: the rules over
+    # floats run none there, as create_graph and the reference engine do)
     sums = _backprop(view, outs, seeds, _reference_rules(), graph=False)
     found = [sums.get(x) for x in ins]
     return [0.0 if d is None else d for d in found]

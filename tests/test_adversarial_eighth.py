@@ -8,6 +8,7 @@ uninterruptibly, for a walk another thread is in) is a documented bound
 (csrc/lock.h, rule 3), not tested here: only a race shows it.
 """
 import copy
+import math
 import pickle
 import sys
 
@@ -499,3 +500,30 @@ def test_a_set_where_the_order_names_each_result_is_refused(call):
     x, y = Value(1.0), Value(2.0)
     with pytest.raises(TypeError, match="must be a sequence in order"):
         call(x, y)
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: (x ** 0.5) ** 0,
+    lambda x: x.sqrt() ** 0,
+    lambda x: x.sqrt() ** type(x)(0.0),
+])
+def test_grad_agrees_on_both_engines_below_a_node_no_gradient_reaches(make):
+    got = []
+    for V in (Value, R.Value):
+        x = V(0.0)
+        y = make(x)
+        got.append((pygrad.grad(y, [x])[0].data,
+                    pygrad.grad(y, [x], create_graph=True)[0].data))
+    assert got == [(0.0, 0.0), (0.0, 0.0)]
+    x = Value(0.0)
+    make(x).backward()                        # runs every rule: 0 * inf
+    assert x.grad != x.grad
+
+
+def test_a_second_derivative_below_sqrt_at_zero_agrees_on_both_engines():
+    got = []
+    for V in (Value, R.Value):
+        x = V(0.0)
+        (g,) = pygrad.grad((x ** 0.5) ** 1, [x], create_graph=True)
+        got.append(pygrad.grad(g, [x])[0].data)
+    assert got[0] == got[1] == -math.inf
