@@ -115,6 +115,7 @@ typedef struct batch {
     double *shared_data;      /* per shared leaf: its data, read at each run */
     double *base;             /* per shared leaf: its grad at the start, then chunk 0's sum */
     double *seen;             /* per shared leaf: its grad at the start, kept (batch_run) */
+    uint32_t locked_runs;     /* runs left that take the sweep lock first (batch_run) */
     double *partial;          /* PG_ROUND_CHUNKS x nshared: a round's other chunks' sums */
     uint32_t nlayers;
     uint32_t *layer_at;       /* per slot: 1 + the layer that starts or ends there, else 0 */
@@ -831,6 +832,10 @@ static void run_round(batch *b, const double *rows, size_t n, double *out, const
 #endif
 }
 
+/* How many runs take the sweep lock first after a run's sums clashed with
+ * another thread's writes to the same grads. */
+#define LOCKED_RUNS_AFTER_A_CLASH 16
+
 static int32_t batch_run(batch *b, const double *rows, size_t n, double *out, const double *w,
                          uint32_t threads) {
     if (threads == 0) return PG_E_ARG;
@@ -847,8 +852,16 @@ static int32_t batch_run(batch *b, const double *rows, size_t n, double *out, co
      * and written under it if no other thread wrote one meanwhile (a
      * backward(), another program's run over the same parameters); if one
      * did, they are made again under the lock: each run adds its whole sum,
-     * as one of the serial orders would (csrc/lock.h, rule 2). */
+     * as one of the serial orders would (csrc/lock.h, rule 2).  After one
+     * such clash the next runs take the lock first (another thread's
+     * program steps the same parameters: a run made twice each time would
+     * cost more than waiting), then try again without it. */
     int locked = 0;
+    if (w != NULL && b->locked_runs > 0) {      /* (one run of a batch at a time) */
+        b->locked_runs--;
+        pg_sweep_hold();
+        locked = 1;
+    }
 again:
     for (uint32_t j = 0; j < b->nshared; j++) {
         const pg_node *node = b->shared_node[j];
@@ -874,8 +887,12 @@ again:
     if (!locked) {
         pg_sweep_hold();
         locked = 1;
-        for (uint32_t j = 0; j < b->nshared; j++)
-            if (memcmp(&b->shared_node[j]->grad, &b->seen[j], sizeof(double)) != 0) goto again;
+        for (uint32_t j = 0; j < b->nshared; j++) {
+            if (memcmp(&b->shared_node[j]->grad, &b->seen[j], sizeof(double)) != 0) {
+                b->locked_runs = LOCKED_RUNS_AFTER_A_CLASH;
+                goto again;
+            }
+        }
     }
     for (uint32_t j = 0; j < b->nshared; j++) b->shared_node[j]->grad = b->base[j];
     pg_sweep_unhold();

@@ -46,6 +46,9 @@
  *  3. Every wait can be interrupted, and fork() finds nothing held.
  *     - A waiter for the sweep lock tries in slices of tens of
  *       milliseconds, running signals between (a Ctrl-C ends the wait).
+ *       A compiled run that adds into grads (rule 2) waits for it inside
+ *       its own C call, as part of that call: a Ctrl-C then rises as the
+ *       call returns, after the other thread's C call and its own.
  *     - fork() takes the sweep lock around itself, waiting (the GIL held,
  *       as CPython forks) for a walk another thread is in: one C call, as
  *       long as that backward(); a Ctrl-C meanwhile rises as fork returns,

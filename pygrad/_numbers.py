@@ -3,6 +3,7 @@
 int, float, bool, fractions (numbers.Real) and numpy real scalars
 (and 0-d arrays) are numbers; str, None, complex, lists and the like are not.
 """
+import collections.abc as _abc
 import numbers
 import sys
 from typing import Any, Optional
@@ -171,6 +172,6 @@ def refuse_unordered(xs: Any, what: str) -> None:
     items names what each result is (compile's inputs and outputs,
     ``Inputs``, ``grad``'s inputs): iterating one gives an order the caller
     can't know."""
-    if isinstance(xs, (set, frozenset, dict)) or hasattr(xs, "keys"):
+    if isinstance(xs, (_abc.Set, _abc.Mapping)):
         raise TypeError(f"{what} must be a sequence in order (a list or a tuple), not a "
                         f"{type(xs).__name__}: its order names each result")

@@ -369,7 +369,7 @@ def _function_grads(cls: Any, v: Any, kids: Sequence[Any], g: Any, add: Callable
 # -- the public calls -------------------------------------------------------------
 
 
-def _as_list(x: Any, what: str) -> List[Any]:
+def _as_list(x: Any, what: str, ordered: bool = True) -> List[Any]:
     if is_value(x):
         return [x]
     if type(x).__module__ in ("pygrad.replay", "pygrad.token_programs"):
@@ -379,7 +379,8 @@ def _as_list(x: Any, what: str) -> List[Any]:
             "(pygrad.grad(loss, params, create_graph=True) on the Values you compiled)")
     if isinstance(x, (str, bytes)) or not hasattr(x, "__iter__"):
         raise TypeError(f"{what} must be a Value or a sequence of Values, not {type(x).__name__}")
-    refuse_unordered(x, what)
+    if ordered:
+        refuse_unordered(x, what)
     items = list(x)
     for v in items:
         if not is_value(v):
@@ -399,7 +400,8 @@ def grad(outputs: Scalars, inputs: Scalars, grad_outputs: Optional[Scalars] = No
     An input no output depends on gets 0.0.  Every ``.grad`` is left as it
     was (``backward()`` is the call that accumulates into them).
     """
-    outs = _as_list(outputs, "grad's outputs")
+    # (outputs in any order when no grad_outputs names each one)
+    outs = _as_list(outputs, "grad's outputs", ordered=grad_outputs is not None)
     ins = _as_list(inputs, "grad's inputs")
     if not outs:
         raise ValueError("grad needs at least one output")
@@ -432,11 +434,11 @@ def _grad_numbers(view: Any, outs: List[Any], seeds: List[float], ins: List[Any]
     """The numbers of grad(): one C call (the C engine's view), or the
     rules over floats (the reference engine); every .grad left as it was."""
     numbers = view.grad_numbers(outs, seeds, ins)
-    if numbers is not None and all(math.isfinite(x) for x in numbers):
+    if numbers is not None and not any(x != x for x in numbers):
         return numbers
-    # (a number that is not finite may come from a rule backward() runs at a
-    # node no gradient reaches, 0 * an infinite slope: the rules over
-    # floats run none there, as create_graph and the reference engine do)
+    # (a nan may come from a rule backward() runs at a node no gradient
+    # reaches, 0 * an infinite slope: the rules over floats run none there,
+    # as create_graph and the reference engine do)
     sums = _backprop(view, outs, seeds, _reference_rules(), graph=False)
     found = [sums.get(x) for x in ins]
     return [0.0 if d is None else d for d in found]

@@ -527,3 +527,42 @@ def test_a_second_derivative_below_sqrt_at_zero_agrees_on_both_engines():
         (g,) = pygrad.grad((x ** 0.5) ** 1, [x], create_graph=True)
         got.append(pygrad.grad(g, [x])[0].data)
     assert got[0] == got[1] == -math.inf
+
+
+# =====================================================================================
+# 11. A review of section 10's fixes (a fifth helper): an ordered sequence
+#     with keys() (a pandas Series) was refused as unordered; grad's
+#     outputs were refused as a set though no grad_outputs named them
+# =====================================================================================
+
+class _Series:
+    """An ordered sequence with keys(), as a pandas Series is."""
+
+    def __init__(self, items):
+        self._items = list(items)
+
+    def keys(self):
+        return range(len(self._items))
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+
+def test_an_ordered_sequence_with_keys_is_taken():
+    x, y = Value(1.0), Value(2.0)
+    assert [g.data for g in pygrad.grad(x * y, _Series([x, y]))] == [2.0, 1.0]
+    assert pygrad.Inputs(_Series([x, y])).values == (x, y)
+    prog = pygrad.compile(x * y, inputs=_Series([x, y]))
+    import numpy as np
+    assert prog.map(np.array([[3.0, 4.0]]))[0] == 12.0
+
+
+def test_grads_outputs_may_be_a_set_when_no_grad_outputs_name_them():
+    x = Value(2.0)
+    (g,) = pygrad.grad({x * 3, x * x}, [x])
+    assert g.data == 7.0
+    with pytest.raises(TypeError, match="must be a sequence in order"):
+        pygrad.grad({x * 3, x * x}, [x], grad_outputs=[1.0, 2.0])
