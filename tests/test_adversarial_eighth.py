@@ -13,6 +13,7 @@ import pickle
 import sys
 
 import pytest
+from helpers import run_python
 
 import pygrad
 from pygrad import Value
@@ -225,21 +226,19 @@ def test_node_types_are_immutable():
 def test_an_empty_node_object_made_on_39_frees_cleanly():
     # In a process of its own: the type keeps the __new__ it was given
     # (giving back the old one makes object.__new__ take it from then on).
-    import subprocess
-    code = (
-        "import gc\n"
-        "from pygrad import Value\n"
-        "from pygrad.engine import _Node\n"
-        "_Node.__new__ = lambda cls: object.__new__(cls)\n"
-        "made = [_Node() for _ in range(1000)]\n"
-        "del made\n"
-        "gc.collect()\n"
-        "x = Value(2.0)\n"
-        "(x * x).backward()\n"
-        "print(x.grad)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "4.0", out.stderr
+    out = run_python("""
+        import gc
+        from pygrad import Value
+        from pygrad.engine import _Node
+        _Node.__new__ = lambda cls: object.__new__(cls)
+        made = [_Node() for _ in range(1000)]
+        del made
+        gc.collect()
+        x = Value(2.0)
+        (x * x).backward()
+        print(x.grad)
+    """)
+    assert out.strip() == "4.0"
 
 
 # =====================================================================================
@@ -467,27 +466,24 @@ def test_a_runs_grads_wait_for_a_walk_that_holds_the_sweep_lock(run):
 def test_map_with_grad_after_the_replay_module_is_reloaded():
     # In a process of its own: a reload leaves pygrad.replay's classes new
     # ones, which the rest of a session's pickles would not find.
-    import subprocess
-    code = (
-        "import importlib\n"
-        "import numpy as np\n"
-        "import pygrad, pygrad.replay, pygrad.optim\n"
-        "from pygrad import Value\n"
-        "w, x = Value(0.5), Value(1.0)\n"
-        "prog = pygrad.compile(w * x, inputs=[x])\n"
-        "importlib.reload(pygrad.replay)\n"
-        "prog.map(np.ones((3, 1)), grad=np.ones(3))\n"
-        "opt = pygrad.optim.SGD([w], lr=0.1)\n"
-        "importlib.reload(pygrad.optim)\n"
-        "try:\n"
-        "    prog.train_step(np.ones((3, 1)), np.ones(3), opt)\n"
-        "except TypeError as e:\n"
-        "    print('refused:', 'before importlib.reload' in str(e))\n"
-        "print(w.grad)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["refused:", "True", "3.0"], out.stdout
+    out = run_python("""
+        import importlib
+        import numpy as np
+        import pygrad, pygrad.replay, pygrad.optim
+        from pygrad import Value
+        w, x = Value(0.5), Value(1.0)
+        prog = pygrad.compile(w * x, inputs=[x])
+        importlib.reload(pygrad.replay)
+        prog.map(np.ones((3, 1)), grad=np.ones(3))
+        opt = pygrad.optim.SGD([w], lr=0.1)
+        importlib.reload(pygrad.optim)
+        try:
+            prog.train_step(np.ones((3, 1)), np.ones(3), opt)
+        except TypeError as e:
+            print('refused:', 'before importlib.reload' in str(e))
+        print(w.grad)
+    """)
+    assert out.split() == ["refused:", "True", "3.0"], out
 
 
 @pytest.mark.parametrize("call", [
